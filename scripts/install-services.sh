@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the real servers the test suite starts on loopback (PostgreSQL, Redis, ClickHouse, sshd).
+# Only installs; the tests start and stop their own instances on free ports.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v clickhouse-server >/dev/null || command -v clickhouse >/dev/null || need+=(clickhouse-server)
+test -x /usr/sbin/sshd || need+=(openssh-server)
+command -v chromium >/dev/null || need+=(chromium)
+if ((${#need[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+echo "services installed: postgresql redis-server clickhouse-server openssh-server chromium"

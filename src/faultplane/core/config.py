@@ -1,0 +1,233 @@
+"""Configuration and secrets: resolving values, `${var}` substitution, and masking secrets in output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from faultplane.core.formats import ExperimentError, ValidationIssue
+
+__all__ = ["MASK", "Resolved", "load_var_file", "mask_secrets", "parse_var", "resolve"]
+
+MASK = "***"
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_.-]*)\}")
+# Sections whose strings are definitions, not uses: they are resolved, never substituted into.
+_NOT_SUBSTITUTED = ("configuration", "secrets")
+_ENV_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "json": json.loads,
+    "bool": lambda s: s.lower() in ("1", "true", "yes"),
+}
+
+
+class Resolved:
+    """An experiment document with configuration/secrets resolved and `${var}` references substituted."""
+
+    def __init__(
+        self,
+        document: dict[str, Any],
+        configuration: dict[str, Any],
+        secrets: dict[str, Any],
+        secret_values: list[str],
+    ) -> None:
+        self.document = document
+        self.configuration = configuration
+        self.secrets = secrets
+        self.secret_values = secret_values
+
+
+def parse_var(text: str) -> tuple[str, Any]:
+    """`name=value` from `--var`; the value is read as JSON when it parses, else kept as a string."""
+    if "=" not in text:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field=f"--var {text}", message="expected name=value", fix="write it as --var name=value"
+                )
+            ]
+        )
+    name, _, raw = text.partition("=")
+    try:
+        return name.strip(), json.loads(raw)
+    except json.JSONDecodeError:
+        return name.strip(), raw
+
+
+def load_var_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="--var-file",
+                    message=f"file not found: {p}",
+                    fix="pass an existing .json, .yaml or .env file",
+                )
+            ]
+        )
+    text = p.read_text(encoding="utf-8")
+    if p.suffix == ".env":
+        out: dict[str, Any] = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, _, v = line.partition("=")
+                out[k.strip()] = v.strip().strip("'\"")
+        return out
+    data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="--var-file",
+                    message="expected a mapping of names to values",
+                    fix="write `name: value` pairs",
+                )
+            ]
+        )
+    # Chaos Toolkit var files may nest values under `configuration`/`secrets`
+    if set(data) <= {"configuration", "secrets"}:
+        return {**data.get("secrets", {}), **data.get("configuration", {})}
+    return data
+
+
+def _resolve_value(value: Any, where: str, issues: list[ValidationIssue]) -> Any:
+    if isinstance(value, dict) and value.get("type") == "env":
+        key = value.get("key")
+        if not isinstance(key, str):
+            issues.append(
+                ValidationIssue(
+                    field=where, message="env reference without `key`", fix="write {type: env, key: NAME}"
+                )
+            )
+            return None
+        if key in os.environ:
+            raw = os.environ[key]
+            env_type = value.get("env_var_type")
+            if env_type in ("int", "float", "bool", "json"):
+                try:
+                    return _ENV_CONVERTERS[env_type](raw)
+                except ValueError:
+                    issues.append(
+                        ValidationIssue(
+                            field=where,
+                            message=f"${key}={raw!r} is not a valid {env_type}",
+                            fix=f"set {key} to a {env_type}",
+                        )
+                    )
+            return raw
+        if "default" in value:
+            return value["default"]
+        issues.append(
+            ValidationIssue(
+                field=where,
+                message=f"environment variable {key} is not set",
+                fix=f"export {key}=..., pass --var, or add `default:`",
+            )
+        )
+        return None
+    return value
+
+
+def _substitute(node: Any, values: Mapping[str, Any], where: str, issues: list[ValidationIssue]) -> Any:
+    if isinstance(node, str):
+        whole = _VAR.fullmatch(node)
+        if whole:  # a lone reference keeps the value's type (numbers stay numbers)
+            name = whole.group(1)
+            if name in values:
+                return values[name]
+            issues.append(_unknown(name, where))
+            return node
+
+        def repl(m: re.Match[str]) -> str:
+            if m.group(1) in values:
+                return str(values[m.group(1)])
+            issues.append(_unknown(m.group(1), where))
+            return m.group(0)
+
+        return _VAR.sub(repl, node)
+    if isinstance(node, list):
+        return [_substitute(v, values, f"{where}[{i}]", issues) for i, v in enumerate(node)]
+    if isinstance(node, dict):
+        return {
+            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues) for k, v in node.items()
+        }
+    return node
+
+
+def _unknown(name: str, where: str) -> ValidationIssue:
+    return ValidationIssue(
+        field=where,
+        message=f"unknown variable ${{{name}}}",
+        fix=f"define `{name}` under configuration, or pass --var {name}=...",
+    )
+
+
+def resolve(document: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> Resolved:
+    """Resolve configuration (env refs, overrides) and secrets, then substitute `${var}` everywhere else."""
+    variables = dict(variables or {})
+    issues: list[ValidationIssue] = []
+    configuration: dict[str, Any] = {}
+    raw_config = document.get("configuration") or {}
+    if not isinstance(raw_config, dict):
+        raw_config = {}
+    for key, value in raw_config.items():
+        configuration[key] = (
+            variables[key] if key in variables else _resolve_value(value, f"configuration.{key}", issues)
+        )
+    for key, value in variables.items():
+        configuration.setdefault(key, value)
+    secrets: dict[str, Any] = {}
+    secret_values: list[str] = []
+    raw_secrets = document.get("secrets") or {}
+    if isinstance(raw_secrets, dict):
+        for scope, entries in raw_secrets.items():
+            if not isinstance(entries, dict):
+                continue
+            secrets[scope] = {}
+            for key, value in entries.items():
+                resolved = _resolve_value(value, f"secrets.{scope}.{key}", issues)
+                secrets[scope][key] = resolved
+                if resolved not in (None, ""):
+                    secret_values.append(str(resolved))
+    values = dict(configuration)
+    for entries in secrets.values():
+        values.update(entries)
+    out: dict[str, Any] = {}
+    for key, node in document.items():
+        out[key] = node if key in _NOT_SUBSTITUTED else _substitute(node, values, key, issues)
+    if issues:
+        raise ExperimentError(issues)
+    return Resolved(out, configuration, secrets, secret_values)
+
+
+def mask_secrets(data: Any, secret_values: list[str]) -> Any:
+    """Replace every secret value (also inside longer strings) with ***; secrets sections lose their values."""
+    if not secret_values:
+        return data
+    ordered = sorted(set(secret_values), key=len, reverse=True)
+
+    def walk(node: Any, key: str | None = None) -> Any:
+        if key == "secrets" and isinstance(node, dict):
+            return {
+                scope: ({k: MASK for k in v} if isinstance(v, dict) else MASK) for scope, v in node.items()
+            }
+        if isinstance(node, str):
+            for s in ordered:
+                if s in node:
+                    node = node.replace(s, MASK)
+            return node
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, dict):
+            return {k: walk(v, k) for k, v in node.items()}
+        return node
+
+    return walk(data)

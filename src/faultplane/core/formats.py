@@ -1,0 +1,210 @@
+"""Reading and writing experiments and journals as JSON, YAML and TOON, with errors a person can act on."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import toon_format
+import yaml
+from pydantic import BaseModel, ValidationError
+
+__all__ = [
+    "ExperimentError",
+    "Format",
+    "ValidationIssue",
+    "detect_format",
+    "dumps",
+    "issues_from_pydantic",
+    "load_document",
+    "loads",
+]
+
+Format = Literal["json", "yaml", "toon"]
+
+_TOON_HEADER = re.compile(r"^\s*[\w\".-]+\[#?\d+[^\]]*\](\{.*\})?:", re.MULTILINE)
+
+
+class ValidationIssue(BaseModel):
+    field: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message} (fix: {self.fix})"
+
+
+class ExperimentError(ValueError):
+    """Invalid input, with every problem found (not just the first)."""
+
+    def __init__(self, issues: list[ValidationIssue]) -> None:
+        self.issues = issues
+        super().__init__("; ".join(str(i) for i in issues))
+
+
+def detect_format(text: str, filename: str | None = None) -> Format:
+    if filename:
+        suffix = Path(filename).suffix.lower()
+        if suffix == ".json":
+            return "json"
+        if suffix in (".yaml", ".yml"):
+            return "yaml"
+        if suffix == ".toon":
+            return "toon"
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        return "json"
+    if _TOON_HEADER.search(text):
+        return "toon"
+    return "yaml"
+
+
+def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> Any:
+    fmt = fmt or detect_format(text, source if source != "<text>" else None)
+    try:
+        if fmt == "json":
+            return json.loads(text)
+        if fmt == "yaml":
+            return yaml.safe_load(text)
+        return toon_format.decode(text)
+    except json.JSONDecodeError as exc:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field=f"{source}:{exc.lineno}:{exc.colno}",
+                    message=f"invalid JSON: {exc.msg}",
+                    fix="correct the JSON syntax at that position",
+                )
+            ]
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field=where,
+                    message=f"invalid YAML: {getattr(exc, 'problem', exc)}",
+                    fix="correct the YAML syntax (indentation, quoting) at that position",
+                )
+            ]
+        ) from None
+    except Exception as exc:  # toon_format raises its own decode errors
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field=source,
+                    message=f"invalid TOON: {exc}",
+                    fix="correct the TOON syntax, or use a .json/.yaml file",
+                )
+            ]
+        ) from None
+
+
+def load_document(source: str | Path | Mapping[str, Any], fmt: Format | None = None) -> dict[str, Any]:
+    """A mapping from a path, a text (JSON/YAML/TOON) or a mapping."""
+    if isinstance(source, Mapping):
+        return dict(source)
+    if isinstance(source, Path) or ("\n" not in source and len(source) < 4096 and Path(source).suffix):
+        path = Path(source)
+        if not path.is_file():
+            raise ExperimentError(
+                [
+                    ValidationIssue(
+                        field="experiment",
+                        message=f"file not found: {path}",
+                        fix="pass the path of an existing .yaml/.json/.toon experiment",
+                    )
+                ]
+            )
+        data = loads(path.read_text(encoding="utf-8"), fmt or detect_format("", path.name), source=str(path))
+    else:
+        data = loads(source, fmt)
+    if not isinstance(data, dict):
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="experiment",
+                    message=f"expected a mapping at the top, got {type(data).__name__}",
+                    fix="an experiment is an object with at least `title` and `method`",
+                )
+            ]
+        )
+    return data
+
+
+def dumps(data: Any, fmt: Format = "json", *, indent: int = 2) -> str:
+    plain = json.loads(json.dumps(data, default=str))
+    if fmt == "json":
+        return json.dumps(plain, indent=indent, ensure_ascii=False)
+    if fmt == "yaml":
+        return yaml.safe_dump(plain, sort_keys=False, allow_unicode=True)
+    return toon_format.encode(plain)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # pydantic adds union-branch names ("Activity", "python", ...) to locations; they confuse readers
+    noise = {
+        "Activity",
+        "ActivityRef",
+        "python",
+        "process",
+        "http",
+        "driver",
+        "function-after[_refs_resolve()]",
+    }
+    return tuple(p for p in loc if not (isinstance(p, str) and (p in noise or p.startswith("function-"))))
+
+
+def issues_from_pydantic(exc: ValidationError, model: type[BaseModel] | None = None) -> list[ValidationIssue]:
+    issues: list[ValidationIssue] = []
+    seen: set[tuple[str, str]] = set()
+    for err in exc.errors():
+        loc = _clean_loc(tuple(err["loc"]))
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            key = loc[-1] if loc else "?"
+            field = _loc(loc)
+            msg = f"unknown key {key!r}"
+            fix = f"remove {key!r} or check its spelling (see `faultplane schema`)"
+        elif kind == "missing":
+            field = _loc(loc)
+            msg = "required key is missing"
+            fix = f"add `{loc[-1]}`" if loc else "add the missing key"
+        elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
+            field = _loc(loc) + ".type"
+            msg = err["msg"]
+            fix = "set provider.type to one of: python, process, http, driver"
+        else:
+            field = _loc(loc)
+            msg = err["msg"].removeprefix("Value error, ")
+            fix = _fix_for(kind, loc)
+        if (field, msg) in seen:
+            continue
+        seen.add((field, msg))
+        issues.append(ValidationIssue(field=field, message=msg, fix=fix))
+    return issues
+
+
+def _fix_for(kind: str, loc: tuple[Any, ...]) -> str:
+    name = str(loc[-1]) if loc else "value"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return f"give `{name}` a value of the expected type"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return f"choose a `{name}` within the allowed range"
+    if kind == "literal_error":
+        return f"use one of the values listed for `{name}`"
+    return f"correct `{name}`"
