@@ -1,0 +1,317 @@
+"""Writing the journal as the run goes, so that even a SIGKILL leaves a readable, `interrupted` record.
+
+Each event is one JSON line appended to `<run_id>.events.jsonl` and flushed; the final journal is rebuilt
+from those events. A run whose events file has no `end` event and whose controller is dead was interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from faultplane.core.config import mask_secrets
+from faultplane.core.model import ActivityRun, Journal
+from faultplane.core.store import Store
+from faultplane.engine.providers import jsonable
+
+__all__ = ["JournalWriter", "journal_dir", "now", "rebuild_journal", "recover_interrupted"]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def journal_dir() -> Path:
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "faultplane" / "journals"
+
+
+def _apply(journal: Journal, event: dict[str, Any]) -> None:
+    kind = event["event"]
+    if kind == "activity":
+        run = ActivityRun.model_validate(event["run"])
+        section = event["section"]
+        if section == "rollbacks":
+            journal.rollbacks.append(run)
+        elif section == "method":
+            journal.run.append(run)
+        else:
+            key = section.removeprefix("hypothesis_")
+            state = journal.steady_states.get(key) if key != "during" else None
+            if key == "during":
+                journal.steady_states["during"].append(event.get("state"))
+            elif state is None or "probes" not in (state or {}):
+                journal.steady_states[key] = {
+                    "steady_state_met": None,
+                    "probes": [run.model_dump(mode="json")],
+                }
+            else:
+                state["probes"].append(run.model_dump(mode="json"))
+    elif kind == "hypothesis":
+        key = event["when"]
+        if key == "during":
+            journal.steady_states["during"].append(event["state"])
+        else:
+            journal.steady_states[key] = event["state"]
+    elif kind == "phase":
+        journal.phases.append({"phase": event["phase"], "at": event["at"]})
+    elif kind == "gate_sample":
+        journal.gates["samples"].append(event["sample"])
+    elif kind == "gate_breach":
+        journal.gates["breach"] = event["breach"]
+    elif kind == "revert":
+        journal.reverts.append(event["revert"])
+    elif kind == "policy":
+        journal.policy = event["policy"]
+    elif kind == "load":
+        journal.load = event["load"]
+    elif kind == "end":
+        for key in ("status", "deviated", "duration", "verdict", "error"):
+            if key in event:
+                setattr(journal, key, event[key])
+        if event.get("end"):
+            journal.end = datetime.fromisoformat(event["end"])
+
+
+def rebuild_journal(events_path: Path) -> Journal | None:
+    """The journal as far as the events file goes (a torn last line is ignored)."""
+    journal: Journal | None = None
+    try:
+        lines = events_path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if event.get("event") == "start":
+            journal = Journal.model_validate(event["journal"])
+        elif journal is not None:
+            _apply(journal, event)
+    return journal
+
+
+class JournalWriter:
+    """Appends events for one run and persists the final journal to a file and the store."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        store: Store | None,
+        secret_values: list[str],
+        directory: Path | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.journal = journal
+        self.store = store
+        self.secret_values = secret_values
+        self.directory = directory or journal_dir()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.events_path = self.directory / f"{journal.run_id}.events.jsonl"
+        self.path = self.directory / f"{journal.run_id}.json"
+        self.on_event = on_event
+        self._fh = self.events_path.open("a", encoding="utf-8")
+
+    def _write(self, event: dict[str, Any]) -> None:
+        """`event` must already be JSON data (see `jsonable`)."""
+        line = json.dumps(mask_secrets(event, self.secret_values), ensure_ascii=False)
+        self._fh.write(line + "\n")
+        self._fh.flush()
+
+    def start(self) -> None:
+        j = self.journal
+        j.controller_pid = os.getpid()
+        j.node = socket.gethostname()
+        self._write({"event": "start", "journal": jsonable(j.model_dump(mode="json"))})
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Record an event in the journal and tell the listener (progress display, MCP progress)."""
+        event = jsonable(event)
+        self._write(event)
+        _apply(self.journal, mask_secrets(event, self.secret_values))
+        if self.on_event is not None:
+            # a broken progress display must never break a run
+            with contextlib.suppress(Exception):
+                self.on_event(event)
+
+    def notify(self, event: dict[str, Any]) -> None:
+        """Tell the listener only: progress that the journal does not need to keep."""
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(event)
+
+    def activity(self, section: str, run: ActivityRun) -> None:
+        # hot path (one call per activity): the run object is already validated and its output JSON-safe,
+        # so it is appended as is rather than round-tripped through a dict and validated again
+        event = {"event": "activity", "section": section, "run": run.model_dump(mode="json")}
+        self._write(event)
+        if self.secret_values:
+            _apply(self.journal, mask_secrets(event, self.secret_values))
+        elif section == "method":
+            self.journal.run.append(run)
+        elif section == "rollbacks":
+            self.journal.rollbacks.append(run)
+        else:
+            _apply(self.journal, event)
+        self.notify(event)
+
+    def finish(self, blast_stage: int | None = None) -> Journal:
+        """Write the final journal file and store rows. Safe to call once, at the very end."""
+        j = self.journal
+        self._fh.close()
+        body = json.dumps(j.model_dump(mode="json"), ensure_ascii=False, indent=2)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(body, encoding="utf-8")
+        tmp.replace(self.path)
+        if self.store is not None:
+            persist(self.store, j, body, str(self.path), blast_stage)
+        from faultplane.core.telemetry import emit_journal_spans
+
+        emit_journal_spans(j.model_dump(mode="json"))  # no-op unless OTLP is configured; never raises
+        return j
+
+
+def persist(store: Store, j: Journal, body: str, journal_path: str, blast_stage: int | None = None) -> None:
+    if getattr(store, "dialect", "duckdb") == "clickhouse":
+        store.persist_journal(j, body, journal_path, blast_stage)  # type: ignore[attr-defined]
+        _forget_cached_history()
+        return
+    import pyarrow as pa  # imported here: it costs ~0.4 s and the guard hook imports this module
+
+    before = (j.steady_states.get("before") or {}).get("steady_state_met")
+    after = (j.steady_states.get("after") or {}).get("steady_state_met")
+    rows = []
+    for section, runs in (("method", j.run), ("rollbacks", j.rollbacks)):
+        for r in runs:
+            rows.append((section, r))
+    for key in ("before", "after"):
+        state = j.steady_states.get(key) or {}
+        for p in state.get("probes", []):
+            rows.append((f"hypothesis_{key}", ActivityRun.model_validate(p)))
+    with store.connect() as con:
+        con.execute("BEGIN")
+        con.execute("DELETE FROM runs WHERE run_id = ?", [j.run_id])
+        con.execute(
+            "INSERT INTO runs (run_id, experiment_title, experiment_family, content_hash, status, dry_run, "
+            "steady_state_before, steady_state_after, started_at, ended_at, duration_s, error, seed, "
+            "controller_pid, journal_path, tags, blast_stage, verdict) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                j.run_id,
+                j.experiment.get("title"),
+                j.family,
+                j.content_hash,
+                j.status,
+                j.dry_run,
+                before,
+                after,
+                j.start,
+                j.end,
+                j.duration,
+                j.error,
+                j.seed,
+                j.controller_pid,
+                journal_path,
+                list(j.experiment.get("tags") or []),
+                blast_stage,
+                j.verdict,
+            ],
+        )
+        con.execute("DELETE FROM activities WHERE run_id = ?", [j.run_id])
+        if rows:
+            # one columnar insert: row-by-row executemany costs DuckDB ~0.5 ms a row
+            table = pa.table(
+                {
+                    "run_id": [j.run_id] * len(rows),
+                    "seq": list(range(len(rows))),
+                    "phase": [section for section, _ in rows],
+                    "name": [r.activity.get("name") for _, r in rows],
+                    "type": [r.activity.get("type") for _, r in rows],
+                    "status": [r.status for _, r in rows],
+                    "started_at": [r.start for _, r in rows],
+                    "ended_at": [r.end for _, r in rows],
+                    "duration_s": [r.duration for _, r in rows],
+                    "output": [json.dumps(r.output, ensure_ascii=False, default=str) for _, r in rows],
+                    "error": [r.exception for _, r in rows],
+                }
+            )
+            con.register("_new_activities", table)
+            con.execute("INSERT INTO activities SELECT * FROM _new_activities")
+            con.unregister("_new_activities")
+        con.execute("INSERT OR REPLACE INTO journals VALUES (?, ?, ?)", [j.run_id, now(), body])
+        con.execute("COMMIT")
+    _forget_cached_history()
+
+
+def _forget_cached_history() -> None:
+    """The policy caches run history for a moment; a new run makes it stale."""
+    try:
+        from faultplane.core.policy import forget_runs
+    except ImportError:
+        return
+    forget_runs()
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def recover_interrupted(store: Store | None, directory: Path | None = None) -> list[Journal]:
+    """Find runs left `running` by a dead controller; mark them interrupted and persist their journals."""
+    directory = directory or journal_dir()
+    recovered: list[Journal] = []
+    if not directory.is_dir():
+        return recovered
+    for events in sorted(directory.glob("*.events.jsonl")):
+        final = events.with_name(events.name.removesuffix(".events.jsonl") + ".json")
+        if final.exists():
+            continue
+        journal = rebuild_journal(events)
+        if journal is None or journal.status != "running" or _pid_alive(journal.controller_pid):
+            continue
+        journal.status = "interrupted"
+        journal.end = now()
+        journal.duration = (journal.end - journal.start).total_seconds()
+        journal.error = (journal.error + "; " if journal.error else "") + (
+            f"controller pid {journal.controller_pid} died mid-run; rollbacks may not have run: check the target"
+        )
+        journal.verdict = "interrupted: the controller died before the run ended"
+        body = json.dumps(journal.model_dump(mode="json"), ensure_ascii=False, indent=2)
+        final.write_text(body, encoding="utf-8")
+        if store is not None:
+            persist(store, journal, body, str(final))
+        recovered.append(journal)
+    return recovered
+
+
+def live_runs(directory: Path | None = None) -> list[Journal]:
+    """Runs in progress on this machine: an events log with no final journal and a live controller.
+
+    The events log, not the store, is the record of a live run: it costs no database round-trip at start and
+    it is there even when the store is busy."""
+    directory = directory or journal_dir()
+    if not directory.is_dir():
+        return []
+    out = []
+    for events in directory.glob("*.events.jsonl"):
+        if events.with_name(events.name.removesuffix(".events.jsonl") + ".json").exists():
+            continue
+        journal = rebuild_journal(events)
+        if journal is not None and journal.status == "running" and _pid_alive(journal.controller_pid):
+            out.append(journal)
+    return sorted(out, key=lambda j: j.start)

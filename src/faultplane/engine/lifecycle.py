@@ -1,0 +1,722 @@
+"""The five-phase run: plan, baseline, inject, recover, analyse — with rollbacks on every exit path."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import signal
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from pydantic import ValidationError
+
+import faultplane
+from faultplane.core.config import mask_secrets, resolve
+from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
+from faultplane.core.model import Activity, ActivityRun, Experiment, Journal, MethodItem
+from faultplane.core.store import Store
+from faultplane.drivers.base import ActivityContext, get_activity
+from faultplane.engine.journal import JournalWriter, now, recover_interrupted
+from faultplane.engine.providers import ActivityFailed, ActivityTimeout, execute_provider, jsonable
+from faultplane.engine.tolerance import within_tolerance
+
+__all__ = [
+    "EXIT_CODES",
+    "Plan",
+    "abort_run",
+    "active_runs",
+    "content_hash",
+    "evaluate_policy",
+    "execute",
+    "exit_code",
+    "plan",
+    "run_plan",
+]
+
+EXIT_CODES = {"completed": 0, "deviated": 1, "failed": 1, "aborted": 3, "refused": 3, "interrupted": 130}
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+
+def exit_code(journal: Journal) -> int:
+    if journal.status == "completed":
+        after = (journal.steady_states.get("after") or {}).get("steady_state_met")
+        return 0 if after in (None, True) else 1
+    return EXIT_CODES.get(journal.status, 1)
+
+
+def content_hash(document: Mapping[str, Any]) -> str:
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass
+class Plan:
+    """Phase 0's output: a validated, resolved experiment ready to run."""
+
+    raw: dict[str, Any]
+    experiment: Experiment
+    configuration: dict[str, Any]
+    secrets: dict[str, Any]
+    secret_values: list[str]
+    content_hash: str
+    family: str
+
+
+def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> Plan:
+    """Resolve and validate; raises ExperimentError listing every problem at once."""
+    raw = dict(raw)
+    issues = []
+    try:
+        Experiment.model_validate(raw)  # structure first, before values are substituted in
+    except ValidationError as exc:
+        issues.extend(issues_from_pydantic(exc))
+    try:
+        resolved = resolve(raw, variables)
+    except ExperimentError as exc:
+        raise ExperimentError(issues + exc.issues) from None
+    if issues:
+        raise ExperimentError(issues)
+    try:
+        experiment = Experiment.model_validate(resolved.document)
+    except ValidationError as exc:
+        raise ExperimentError(issues_from_pydantic(exc)) from None
+    if experiment.load is not None:
+        from faultplane.engine.load import parse_load_spec
+
+        parse_load_spec(experiment.load)  # raises ExperimentError naming load.<field>
+    family = experiment.family or _slug(experiment.title)
+    return Plan(
+        raw,
+        experiment,
+        resolved.configuration,
+        resolved.secrets,
+        resolved.secret_values,
+        content_hash(raw),
+        family,
+    )
+
+
+def _slug(text: str) -> str:
+    return "-".join("".join(c.lower() if c.isalnum() else " " for c in text).split())
+
+
+@dataclass
+class _RunState:
+    status: str = "running"
+    error: list[str] = field(default_factory=list)
+    abort_reason: str | None = None
+    interrupted: bool = False
+    method_started: bool = False
+    before_met: bool | None = None
+    after_met: bool | None = None
+    during_failed: bool = False
+
+
+@dataclass
+class _ActiveRun:
+    run_id: str
+    scope: anyio.CancelScope
+    state: _RunState
+
+
+_ACTIVE: dict[str, _ActiveRun] = {}
+
+
+def active_runs() -> list[str]:
+    return list(_ACTIVE)
+
+
+def abort_run(run_id: str, reason: str = "aborted by request") -> bool:
+    """Stop a run of this process; its rollbacks still run. False when no such run is active here."""
+    run = _ACTIVE.get(run_id)
+    if run is None:
+        return False
+    run.state.abort_reason = reason
+    run.scope.cancel()
+    return True
+
+
+class _Runner:
+    def __init__(
+        self,
+        p: Plan,
+        *,
+        dry_run: bool,
+        store: Store | None,
+        on_event: EventHandler | None,
+        policy_decision: Any | None,
+        journal_dir: Path | None,
+    ) -> None:
+        self.p = p
+        self.exp = p.experiment
+        self.dry_run = dry_run
+        self.state = _RunState()
+        seed = self.exp.seed if self.exp.seed is not None else random.SystemRandom().randrange(2**31)
+        self.ctx = ActivityContext(
+            run_id=uuid.uuid4().hex[:16],
+            configuration=p.configuration,
+            secrets=p.secrets,
+            rng=random.Random(seed),
+            dry_run=dry_run,
+            store_path=str(store.path) if store else None,
+        )
+        journal = Journal(
+            run_id=self.ctx.run_id,
+            faultplane_version=faultplane.__version__,
+            experiment=mask_secrets(p.raw, p.secret_values),
+            status="running",
+            start=now(),
+            dry_run=dry_run,
+            seed=seed,
+            content_hash=p.content_hash,
+            family=p.family,
+            estimate=self.exp.estimate.model_dump(exclude_none=True) if self.exp.estimate else None,
+        )
+        self.writer = JournalWriter(
+            journal, store=store, secret_values=p.secret_values, directory=journal_dir, on_event=on_event
+        )
+        self.policy_decision = policy_decision
+        self.policy: Any | None = None
+        self.load_figures: Any | None = None
+        self._dumped: dict[int, dict[str, Any]] = {}
+
+    # ---- activities -------------------------------------------------------------------------------------
+    async def run_activity(self, item: MethodItem, section: str) -> ActivityRun:
+        activity = self.exp.resolve(item)
+        self.writer.notify(
+            {"event": "activity_start", "section": section, "name": activity.name, "type": activity.type}
+        )
+        start = now()
+        status, output, error = "succeeded", None, None
+        if activity.pauses and activity.pauses.before and not self.dry_run:
+            await anyio.sleep(activity.pauses.before)
+        if self.dry_run:
+            status = "skipped"
+        else:
+            try:
+                with anyio.fail_after(activity.timeout) if activity.timeout else anyio.CancelScope():
+                    output = await execute_provider(activity, self.ctx)
+            except TimeoutError:
+                status, error = "timeout", f"timed out after {activity.timeout}s"
+            except ActivityTimeout as exc:
+                status, error = "timeout", str(exc)
+            except ActivityFailed as exc:
+                status, error = "failed", str(exc)
+            except Exception as exc:  # a bug in a provider fails the activity, never the run's bookkeeping
+                status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+        end = now()
+        run = ActivityRun(
+            activity=self._activity_dict(activity),
+            phase=section,
+            status=status,
+            start=start,
+            end=end,
+            duration=(end - start).total_seconds(),
+            output=jsonable(output),
+            exception=error,
+        )
+        if activity.pauses and activity.pauses.after and not self.dry_run:
+            await anyio.sleep(activity.pauses.after)
+        return run
+
+    def _activity_dict(self, activity: Activity) -> dict[str, Any]:
+        # an activity is dumped once per run, not once per execution (a method may repeat it via `ref`)
+        found = self._dumped.get(id(activity))
+        if found is None:
+            found = self._dumped[id(activity)] = activity.model_dump(
+                mode="json", by_alias=True, exclude_none=True
+            )
+        return found
+
+    async def _probe_tolerance(self, tol: dict[str, Any], value: Any) -> Any:
+        spec = {k: v for k, v in tol.items() if k != "tolerance"}
+        provider = dict(spec["provider"])
+        args = dict(provider.get("arguments") or {})
+        args["value"] = value
+        provider["arguments"] = args
+        spec["provider"] = provider
+        return await execute_provider(Activity.model_validate(spec), self.ctx)
+
+    async def check_hypothesis(self, when: str) -> bool | None:
+        hypo = self.exp.steady_state_hypothesis
+        if hypo is None or not hypo.probes:
+            return None
+        met = True
+        probes = []
+        for item in hypo.probes:
+            run = await self.run_activity(item, f"hypothesis_{when}")
+            if run.status == "skipped":
+                run.tolerance_met = None
+            elif run.status != "succeeded":
+                run.tolerance_met = False
+            else:
+                run.tolerance_met = await within_tolerance(
+                    self.exp.resolve(item).tolerance, run.output, self._probe_tolerance
+                )
+            probes.append(run.model_dump(mode="json"))
+            if run.tolerance_met is False:
+                met = False
+                break
+        state = {"steady_state_met": None if self.dry_run else met, "probes": probes, "at": now().isoformat()}
+        self.writer.emit({"event": "hypothesis", "when": when, "state": state})
+        return None if self.dry_run else met
+
+    async def run_section(self, items: list[MethodItem], section: str, *, stop_on_failure: bool) -> bool:
+        """Run activities in order, background ones concurrently; False when one failed."""
+        ok = True
+        async with anyio.create_task_group() as tg:
+            for item in items:
+                activity = self.exp.resolve(item)
+                if activity.background:
+                    tg.start_soon(self._run_recorded, item, section)
+                    continue
+                run = await self._run_recorded(item, section)
+                if run.status in ("failed", "timeout") and activity.type == "action":
+                    ok = False
+                    if stop_on_failure:
+                        break
+        return ok and not any(
+            r.status in ("failed", "timeout") and r.activity.get("type") == "action"
+            for r in (self.writer.journal.run if section == "method" else [])
+        )
+
+    async def _run_recorded(self, item: MethodItem, section: str) -> ActivityRun:
+        run = await self.run_activity(item, section)
+        self.writer.activity(section, run)
+        return run
+
+    # ---- monitors ---------------------------------------------------------------------------------------
+    async def _continuous_hypothesis(self, method_scope: anyio.CancelScope) -> None:
+        rt = self.exp.runtime.hypothesis
+        while True:
+            await anyio.sleep(rt.frequency)
+            met = await self.check_hypothesis("during")
+            if met is False:
+                self.state.during_failed = True
+                if rt.fail_fast:
+                    self.state.error.append("steady state not met during the method (fail_fast)")
+                    method_scope.cancel()
+                    return
+
+    async def _gates(self, method_scope: anyio.CancelScope) -> None:
+        try:
+            from faultplane.engine.gates import GateMonitor
+            from faultplane.engine.sli import SliSources
+        except ImportError:
+            return
+
+        async def run_probe(spec: dict[str, Any]) -> Any:
+            return await execute_provider(Activity.model_validate(spec), self.ctx)
+
+        def on_sample(sample: dict[str, Any]) -> None:
+            self.writer.emit({"event": "gate_sample", "sample": sample})
+
+        def abort(reason: str) -> None:
+            self.state.abort_reason = reason
+            self.state.status = "aborted"
+            breach = getattr(monitor, "breach", None)
+            self.writer.emit(
+                {"event": "gate_breach", "breach": jsonable(breach) if breach else {"reason": reason}}
+            )
+            method_scope.cancel()
+
+        sources = SliSources(run_probe=run_probe, load=self.load_figures)
+        monitor = GateMonitor(self.exp.slo_gates, sources, on_sample)
+        await monitor.run(abort)
+
+    # ---- the run ----------------------------------------------------------------------------------------
+    async def inject(self) -> None:
+        st = self.state
+        strategy = self.exp.runtime.hypothesis.strategy
+        self.writer.emit({"event": "phase", "phase": "baseline", "at": now().isoformat()})
+        if strategy in ("default", "before-method-only", "continuously"):
+            st.before_met = await self.check_hypothesis("before")
+            if st.before_met is False:
+                st.status = "failed"
+                st.error.append("steady state hypothesis not met before the method: the method was not run")
+                return
+        self.writer.emit({"event": "phase", "phase": "inject", "at": now().isoformat()})
+        st.method_started = True
+        method_scope = anyio.CancelScope()
+        async with anyio.create_task_group() as monitors:
+            if self.exp.slo_gates and not self.dry_run:
+                monitors.start_soon(self._gates, method_scope)
+            if strategy in ("during-method", "continuously") and not self.dry_run:
+                monitors.start_soon(self._continuous_hypothesis, method_scope)
+            with method_scope:
+                ok = await self.run_section(self.exp.method, "method", stop_on_failure=True)
+                if not ok:
+                    st.status = "failed"
+                    failed = [r for r in self.writer.journal.run if r.status in ("failed", "timeout")]
+                    if failed:
+                        st.error.append(
+                            f"action {failed[-1].activity.get('name')!r} failed: {failed[-1].exception}"
+                        )
+                # Did the system hold its steady state under the fault? Checked before any rollback.
+                elif strategy in ("default", "after-method-only", "continuously"):
+                    st.after_met = await self.check_hypothesis("after")
+            monitors.cancel_scope.cancel()
+
+    async def recover(self) -> None:
+        st = self.state
+        self.writer.emit({"event": "phase", "phase": "recover", "at": now().isoformat()})
+        strategy = self.exp.runtime.rollbacks.strategy
+        deviated_so_far = st.status in ("failed", "aborted") or st.during_failed
+        run_rollbacks = {
+            "default": st.method_started,
+            "always": True,
+            "never": False,
+            "deviated": st.method_started and deviated_so_far,
+        }[strategy]
+        # A gate breach or an interruption is exactly when rollbacks matter: run them whatever was started.
+        if st.status == "aborted" or st.interrupted:
+            run_rollbacks = run_rollbacks or (strategy != "never" and st.method_started)
+        if run_rollbacks and self.exp.rollbacks:
+            for item in self.exp.rollbacks:
+                run = await self._run_recorded(item, "rollbacks")
+                if run.status in ("failed", "timeout"):
+                    st.error.append(f"rollback {run.activity.get('name')!r} failed: {run.exception}")
+        for label, exc in await self.ctx.revert_all():
+            self.writer.emit(
+                {
+                    "event": "revert",
+                    "revert": {"label": label, "ok": exc is None, "error": None if exc is None else str(exc)},
+                }
+            )
+            if exc is not None:
+                st.error.append(f"revert {label!r} failed: {exc}")
+        if st.method_started and not st.interrupted and not self.dry_run:
+            await self.check_recovery()
+
+    async def check_recovery(self) -> None:
+        """After rollbacks: how long until the steady state holds again (bounded by runtime.recovery_timeout)."""
+        hypo = self.exp.steady_state_hypothesis
+        if hypo is None or not hypo.probes:
+            return
+        rt = self.exp.runtime
+        window = rt.recovery_window_s
+        start = anyio.current_time()
+        deadline = start + rt.recovery_timeout + window
+        checks: list[dict[str, Any]] = []
+        held_since: float | None = None
+        met = False
+        while True:
+            ok = await self._probe_all(hypo.probes)
+            t = anyio.current_time() - start
+            checks.append({"t": round(t, 3), "met": ok})
+            if not ok:
+                held_since = None
+            elif held_since is None:
+                held_since = t
+            # recovered = the steady state held on every check for the whole window (not one lucky sample)
+            if ok and held_since is not None and t - held_since >= window:
+                met = True
+                break
+            if anyio.current_time() >= deadline:
+                break
+            await anyio.sleep(rt.hypothesis.frequency)
+        state = {
+            "steady_state_met": met,
+            "time_to_recover_s": round(held_since, 3) if met and held_since is not None else None,
+            "window_s": window,
+            "checks": checks[-1000:],
+            "at": now().isoformat(),
+        }
+        self.writer.emit({"event": "hypothesis", "when": "recovery", "state": state})
+        if not met:
+            self.state.error.append(
+                f"the steady state did not return within {self.exp.runtime.recovery_timeout}s after rollback"
+            )
+
+    async def _probe_all(self, items: list[MethodItem]) -> bool:
+        for item in items:
+            activity = self.exp.resolve(item)
+            try:
+                with anyio.fail_after(activity.timeout) if activity.timeout else anyio.CancelScope():
+                    output = await execute_provider(activity, self.ctx)
+            except (ActivityFailed, TimeoutError):
+                return False
+            except Exception:
+                return False
+            if not await within_tolerance(activity.tolerance, output, self._probe_tolerance):
+                return False
+        return True
+
+    def analyse(self) -> Journal:
+        st = self.state
+        self.writer.emit({"event": "phase", "phase": "analyse", "at": now().isoformat()})
+        if st.interrupted:
+            status = "interrupted"
+        elif st.status in ("failed", "aborted"):
+            status = st.status
+        elif st.after_met is False or st.during_failed:
+            status = "deviated"
+        else:
+            status = "completed"
+        deviated = st.after_met is False or st.during_failed
+        if st.abort_reason and status == "aborted":
+            st.error.insert(0, f"aborted: {st.abort_reason}")
+        elif st.abort_reason and status == "interrupted":
+            st.error.insert(0, f"interrupted: {st.abort_reason}")
+        verdict = _verdict(status, st, self.dry_run)
+        advice = self._advice(status)
+        if advice:
+            verdict += " " + " ".join(advice)
+        end = now()
+        self.writer.emit(
+            {
+                "event": "end",
+                "status": status,
+                "deviated": deviated,
+                "end": end.isoformat(),
+                "duration": (end - self.writer.journal.start).total_seconds(),
+                "verdict": verdict,
+                "error": "; ".join(st.error) or None,
+            }
+        )
+        return self.writer.finish(blast_stage=getattr(self.policy_decision, "stage", None))
+
+    def _advice(self, status: str) -> list[str]:
+        """The three-greens advice, counting the run that just ended."""
+        decision = self.policy_decision
+        if decision is None or self.dry_run or self.policy is None:
+            return []
+        from faultplane.core.policy import advice_after_run
+
+        green = (
+            status == "completed" and self.state.before_met is not False and self.state.after_met is not False
+        )
+        try:
+            return advice_after_run(
+                self.writer.store, self.p.family, self.policy, green=green, stage=decision.stage
+            )
+        except Exception:  # advice is a courtesy; it must never cost the journal
+            return []
+
+    async def run(self, handle_signals: bool) -> Journal:
+        self.writer.start()
+        if self.policy_decision is not None:
+            self.writer.emit({"event": "policy", "policy": _decision_dict(self.policy_decision)})
+        scope = anyio.CancelScope()
+        _ACTIVE[self.ctx.run_id] = _ActiveRun(self.ctx.run_id, scope, self.state)
+        try:
+            async with anyio.create_task_group() as outer:
+                if handle_signals:
+                    outer.start_soon(self._watch_signals, scope)
+                load = self._start_load(outer)
+                try:
+                    with scope:
+                        await self.inject()
+                    if scope.cancelled_caught:
+                        self.state.interrupted = True
+                except BaseException:
+                    self.state.interrupted = True
+                    self.state.error.append("the run was stopped by an unexpected error")
+                    raise
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.recover()
+                        await self._stop_load(load)
+                    outer.cancel_scope.cancel()
+        finally:
+            _ACTIVE.pop(self.ctx.run_id, None)
+        return self.analyse()
+
+    def _start_load(self, tg: anyio.abc.TaskGroup) -> tuple[Any, anyio.CancelScope, anyio.Event] | None:
+        """Background load from the start of the baseline to the end of recovery; its figures feed the gates."""
+        if self.exp.load is None or self.dry_run:
+            return None
+        from faultplane.engine.load import LoadGenerator
+
+        gen = LoadGenerator(
+            self.exp.load, on_second=lambda row: self.writer.emit({"event": "load_second", "row": row})
+        )
+        self.load_figures = gen
+        scope, done = anyio.CancelScope(), anyio.Event()
+
+        async def drive() -> None:
+            try:
+                with scope:
+                    await gen.run()
+            finally:
+                done.set()
+
+        tg.start_soon(drive)
+        return gen, scope, done
+
+    async def _stop_load(self, load: tuple[Any, anyio.CancelScope, anyio.Event] | None) -> None:
+        if load is None:
+            return
+        gen, scope, done = load
+        scope.cancel()
+        with anyio.move_on_after(10):
+            await done.wait()
+        self.writer.emit({"event": "load", "load": gen.summary()})
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                self.state.abort_reason = f"received {signal.Signals(signum).name}"
+                scope.cancel()
+                return
+
+
+def _decision_dict(decision: Any) -> dict[str, Any]:
+    if hasattr(decision, "model_dump"):
+        return decision.model_dump(mode="json")
+    if hasattr(decision, "to_dict"):
+        return jsonable(decision.to_dict())
+    if dataclasses.is_dataclass(decision) and not isinstance(decision, type):
+        return jsonable(dataclasses.asdict(decision))
+    return {"decision": str(decision)}
+
+
+def _verdict(status: str, st: _RunState, dry_run: bool) -> str:
+    if dry_run:
+        return "dry run: the plan is valid; nothing was executed"
+    if status == "completed":
+        return "steady state held: the hypothesis was not refuted"
+    if status == "deviated":
+        return "deviated: the steady state did not hold after the fault (a weakness found)"
+    if status == "aborted":
+        return f"aborted by a gate and rolled back: {st.abort_reason}"
+    if status == "interrupted":
+        return f"interrupted ({st.abort_reason or 'stopped'}); rollbacks ran"
+    if st.before_met is False:
+        return "failed: the system was not in its steady state before the method"
+    return "failed: an action could not be carried out"
+
+
+async def run_plan(
+    p: Plan,
+    *,
+    dry_run: bool = False,
+    store: Store | None = None,
+    on_event: EventHandler | None = None,
+    handle_signals: bool = False,
+    policy_decision: Any | None = None,
+    policy: Any | None = None,
+    journal_dir: Path | None = None,
+) -> Journal:
+    """Run phases 1-4 of a planned experiment and return its journal."""
+    recover_interrupted(store, journal_dir)
+    runner = _Runner(
+        p,
+        dry_run=dry_run,
+        store=store,
+        on_event=on_event,
+        policy_decision=policy_decision,
+        journal_dir=journal_dir,
+    )
+    runner.policy = policy
+    return await runner.run(handle_signals)
+
+
+def refused_journal(p: Plan, decision: Any, store: Store | None, journal_dir: Path | None = None) -> Journal:
+    """Record a run that the policy refused in phase 0: nothing ran."""
+    runner = _Runner(
+        p, dry_run=False, store=store, on_event=None, policy_decision=decision, journal_dir=journal_dir
+    )
+    runner.writer.start()
+    runner.writer.emit({"event": "policy", "policy": _decision_dict(decision)})
+    reasons = "; ".join(f"{v.rule}: {v.message} (fix: {v.fix})" for v in getattr(decision, "violations", []))
+    end = now()
+    runner.writer.emit(
+        {
+            "event": "end",
+            "status": "refused",
+            "end": end.isoformat(),
+            "duration": (end - runner.writer.journal.start).total_seconds(),
+            "verdict": "refused by the policy before anything ran",
+            "error": reasons or "refused",
+        }
+    )
+    return runner.writer.finish()
+
+
+def _load_policy(policy_path: str | Path | None) -> Any | None:
+    try:
+        from faultplane.core.policy import PolicyError, load_policy
+    except ImportError:
+        return None
+    try:
+        return load_policy(policy_path)
+    except PolicyError as exc:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="policy", message=str(exc), fix="correct the policy file or pass --policy"
+                )
+            ]
+        ) from None
+
+
+def _evaluate(p: Plan, policy: Any, store: Store | None, approval_token: str | None) -> Any:
+    from faultplane.core.policy import evaluate
+
+    doc = p.experiment.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # activities may read configuration without `${}`: the policy must see the final values
+    doc["configuration"] = {**(doc.get("configuration") or {}), **p.configuration}
+    return evaluate(
+        doc,
+        policy=policy,
+        store=store,
+        approval_token=approval_token,
+        content_hash=p.content_hash,
+        family=p.family,
+        fault_type_of=_fault_type_of,
+    )
+
+
+def evaluate_policy(
+    p: Plan, store: Store | None, policy_path: str | Path | None, approval_token: str | None
+) -> Any | None:
+    """The policy's decision on a planned experiment (None while no policy module is installed)."""
+    policy = _load_policy(policy_path)
+    return None if policy is None else _evaluate(p, policy, store, approval_token)
+
+
+def _fault_type_of(driver: str, name: str) -> str | None:
+    try:
+        return get_activity(driver, name).fault_type
+    except Exception:  # an unknown activity is reported when it runs, not here
+        return None
+
+
+async def execute(
+    raw: Mapping[str, Any],
+    *,
+    variables: Mapping[str, Any] | None = None,
+    dry_run: bool = False,
+    store: Store | None = None,
+    on_event: EventHandler | None = None,
+    policy_path: str | Path | None = None,
+    approval_token: str | None = None,
+    handle_signals: bool = False,
+    journal_dir: Path | None = None,
+) -> Journal:
+    """The whole lifecycle: plan and policy (phase 0), then run. Every surface goes through here, so the
+    policy cannot be bypassed. Raises ExperimentError for invalid input; a refusal is a `refused` journal."""
+    p = plan(raw, variables)
+    policy = _load_policy(policy_path)
+    decision = None if policy is None else _evaluate(p, policy, store, approval_token)
+    if decision is not None and not decision.allowed:
+        return refused_journal(p, decision, store, journal_dir)
+    return await run_plan(
+        p,
+        dry_run=dry_run,
+        store=store,
+        on_event=on_event,
+        handle_signals=handle_signals,
+        policy_decision=decision,
+        policy=policy,
+        journal_dir=journal_dir,
+    )

@@ -1,0 +1,196 @@
+"""Executing one activity through its provider: python, process, http, or a Faultplane driver."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+
+from faultplane.core.model import (
+    Activity,
+    DriverProvider,
+    HttpProvider,
+    ProcessProvider,
+    PythonProvider,
+)
+from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+
+__all__ = ["ActivityFailed", "ActivityTimeout", "execute_provider", "jsonable"]
+
+
+class ActivityFailed(RuntimeError):
+    """The activity could not do its job (raised, timed out, unreachable, unexpected status)."""
+
+
+class ActivityTimeout(ActivityFailed):
+    """The provider's own timeout (process or HTTP) expired."""
+
+
+_FUNC_CACHE: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+def _python_func(module: str, func: str) -> Callable[..., Any]:
+    key = (module, func)
+    found = _FUNC_CACHE.get(key)
+    if found is None:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:
+            raise ActivityFailed(f"cannot import module {module!r}: {exc}") from None
+        found = getattr(mod, func, None)
+        if not callable(found):
+            raise ActivityFailed(f"module {module!r} has no function {func!r}")
+        _FUNC_CACHE[key] = found
+    return found
+
+
+def _scoped_secrets(ctx: ActivityContext, scopes: list[str] | None) -> dict[str, Any]:
+    if not scopes:
+        return {}
+    out: dict[str, Any] = {}
+    for scope in scopes:
+        out.update(ctx.secrets.get(scope, {}))
+    return out
+
+
+async def _run_python(p: PythonProvider, ctx: ActivityContext) -> Any:
+    fn = _python_func(p.module, p.func)
+    kwargs = dict(p.arguments)
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    # Chaos Toolkit passes configuration/secrets to functions that declare them
+    if "configuration" in params and "configuration" not in kwargs:
+        kwargs["configuration"] = ctx.configuration
+    if "secrets" in params and "secrets" not in kwargs:
+        kwargs["secrets"] = _scoped_secrets(ctx, p.secrets)
+    try:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(**kwargs)
+        return await anyio.to_thread.run_sync(lambda: fn(**kwargs), abandon_on_cancel=True)
+    except TypeError as exc:
+        raise ActivityFailed(f"{p.module}.{p.func}: {exc}") from None
+    except (ActivityFailed, DriverError):
+        raise
+    except Exception as exc:
+        raise ActivityFailed(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _process_args(arguments: str | list[Any] | dict[str, Any]) -> list[str]:
+    if isinstance(arguments, str):
+        return shlex.split(arguments)
+    if isinstance(arguments, list):
+        return [str(a) for a in arguments]
+    out: list[str] = []
+    for k, v in arguments.items():
+        out.append(k if k.startswith("-") else f"--{k}")
+        if v is not None and v != "":
+            out.append(str(v))
+    return out
+
+
+async def _run_process(p: ProcessProvider, ctx: ActivityContext, kind: str) -> Any:
+    env = {**os.environ, **(p.env or {})}
+    cmd = [p.path, *_process_args(p.arguments)]
+    try:
+        with anyio.fail_after(p.timeout) if p.timeout else _nullcontext():
+            proc = await anyio.run_process(cmd, check=False, env=env, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ActivityFailed(f"executable not found: {p.path}") from None
+    except TimeoutError:
+        raise ActivityTimeout(f"process {p.path} timed out after {p.timeout}s") from None
+    out: dict[str, Any] = {
+        "status": proc.returncode,
+        "stdout": proc.stdout.decode("utf-8", "replace"),
+        "stderr": proc.stderr.decode("utf-8", "replace"),
+    }
+    if kind == "action" and proc.returncode != 0:
+        raise ActivityFailed(f"process {p.path} exited with status {proc.returncode}: {out['stderr'][-500:]}")
+    return out
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+async def _run_http(p: HttpProvider, ctx: ActivityContext) -> Any:
+    timeout: Any = p.timeout if p.timeout is not None else 30.0
+    if isinstance(timeout, list):
+        timeout = httpx.Timeout(timeout[1], connect=timeout[0])
+    method = p.method.upper()
+    kwargs: dict[str, Any] = {"headers": p.headers}
+    if p.arguments is not None:
+        if method in ("GET", "HEAD", "DELETE") and isinstance(p.arguments, dict):
+            kwargs["params"] = p.arguments
+        elif isinstance(p.arguments, str):
+            kwargs["content"] = p.arguments
+        else:
+            kwargs["json"] = p.arguments
+    try:
+        async with httpx.AsyncClient(timeout=timeout, verify=p.verify_tls) as client:
+            resp = await client.request(method, p.url, **kwargs)
+    except httpx.TimeoutException:
+        raise ActivityTimeout(f"{method} {p.url} timed out") from None
+    except httpx.HTTPError as exc:
+        raise ActivityFailed(f"{method} {p.url} failed: {type(exc).__name__}: {exc}") from None
+    try:
+        body: Any = resp.json()
+    except (json.JSONDecodeError, ValueError):
+        body = resp.text
+    out = {"status": resp.status_code, "headers": dict(resp.headers), "body": body}
+    if p.expected_status is not None and resp.status_code != p.expected_status:
+        raise ActivityFailed(f"{method} {p.url} returned {resp.status_code}, expected {p.expected_status}")
+    return out
+
+
+async def _run_driver(p: DriverProvider, ctx: ActivityContext) -> Any:
+    try:
+        spec = get_activity(p.driver, p.name)
+        return await spec.invoke(ctx, p.arguments)
+    except DriverError as exc:
+        raise ActivityFailed(str(exc)) from None
+    except Exception as exc:
+        raise ActivityFailed(f"{p.driver}.{p.name}: {type(exc).__name__}: {exc}") from exc
+
+
+async def execute_provider(activity: Activity, ctx: ActivityContext) -> Any:
+    """Run the activity's provider once and return its output (raises ActivityFailed)."""
+    p = activity.provider
+    if isinstance(p, PythonProvider):
+        return await _run_python(p, ctx)
+    if isinstance(p, ProcessProvider):
+        return await _run_process(p, ctx, activity.type)
+    if isinstance(p, HttpProvider):
+        return await _run_http(p, ctx)
+    return await _run_driver(p, ctx)
+
+
+def jsonable(value: Any) -> Any:
+    """The value as JSON-compatible data; whatever JSON cannot hold becomes its string form, never dropped."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "model_dump"):
+        try:
+            return jsonable(value.model_dump(mode="json"))
+        except Exception:
+            pass
+    return str(value)

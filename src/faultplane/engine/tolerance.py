@@ -1,0 +1,88 @@
+"""Whether a probe's output is within its tolerance (Chaos Toolkit semantics, plus `probe` tolerances)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Awaitable, Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from jsonpath_ng.ext import parse as jsonpath_parse
+
+__all__ = ["within_tolerance"]
+
+RunProbe = Callable[[dict[str, Any], Any], Awaitable[Any]]
+
+
+def _target(value: Any, target: str | None) -> Any:
+    if target and isinstance(value, dict):
+        return value.get(target, value)
+    return value
+
+
+async def within_tolerance(tolerance: Any, value: Any, run_probe: RunProbe | None = None) -> bool:
+    if tolerance is None:
+        return True
+    if isinstance(tolerance, bool):
+        if isinstance(value, dict) and "status" in value and not isinstance(value.get("status"), bool):
+            return False
+        return value is tolerance or value == tolerance
+    if isinstance(tolerance, int | float):
+        if isinstance(value, dict) and "status" in value:
+            return bool(value["status"] == tolerance)
+        return bool(value == tolerance)
+    if isinstance(tolerance, str):
+        if isinstance(value, dict):
+            for key in ("stdout", "body"):
+                if key in value and isinstance(value[key], str):
+                    return value[key].strip() == tolerance
+        return bool(value == tolerance)
+    if isinstance(tolerance, list):
+        if isinstance(value, dict) and "status" in value:
+            return value["status"] in tolerance
+        if (
+            len(tolerance) == 2
+            and all(isinstance(t, int | float) and not isinstance(t, bool) for t in tolerance)
+            and isinstance(value, int | float)
+        ):
+            return bool(tolerance[0] <= value <= tolerance[1])
+        return value in tolerance
+    kind = tolerance.get("type")
+    if kind == "range":
+        v = _target(value, tolerance.get("target"))
+        try:
+            num = Decimal(str(v))
+        except InvalidOperation:
+            return False
+        lo, hi = tolerance["range"]
+        return Decimal(str(lo)) <= num <= Decimal(str(hi))
+    if kind == "regex":
+        v = _target(value, tolerance.get("target"))
+        if not isinstance(v, str):
+            v = json.dumps(v) if isinstance(v, dict | list) else str(v)
+        return re.search(tolerance["pattern"], v) is not None
+    if kind == "jsonpath":
+        v = _target(value, tolerance.get("target"))
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        if isinstance(v, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                v = json.loads(v)
+        values = [m.value for m in jsonpath_parse(tolerance["path"]).find(v)]
+        result = len(values) > 0
+        if tolerance.get("count") is not None:
+            result = len(values) == tolerance["count"]
+        if "expect" in tolerance:
+            expect = tolerance["expect"]
+            result = values == (expect if isinstance(expect, list) else [expect])
+        return result
+    if kind == "probe":
+        if run_probe is None:
+            return False
+        try:
+            return bool(await run_probe(tolerance, value))
+        except Exception:
+            return False
+    return False

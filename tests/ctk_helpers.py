@@ -1,0 +1,77 @@
+"""Functions that test experiments call through the python provider (tests/ is on sys.path)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from faultplane.drivers.base import ActivityContext, action
+
+
+def record(path: str, line: str) -> str:
+    """Append a line to a file: lets tests see that an activity really ran."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+    return line
+
+
+def lines(path: str) -> list[str]:
+    p = Path(path)
+    return p.read_text(encoding="utf-8").splitlines() if p.exists() else []
+
+
+def value(v: Any) -> Any:
+    return v
+
+
+def fail(message: str = "boom") -> None:
+    raise RuntimeError(message)
+
+
+def slow(seconds: float, marker: str | None = None) -> float:
+    if marker:
+        record(marker, "started")
+    time.sleep(seconds)
+    return seconds
+
+
+def unserialisable() -> Any:
+    class Thing:
+        def __repr__(self) -> str:
+            return "<Thing 42>"
+
+    return {"thing": Thing(), "items": {1, 2}, "raw": b"bytes"}
+
+
+def config_echo(key: str, configuration: dict[str, Any] | None = None) -> Any:
+    return (configuration or {}).get(key)
+
+
+def secret_echo(key: str, secrets: dict[str, Any] | None = None) -> Any:
+    return (secrets or {}).get(key)
+
+
+def is_even(value: Any) -> bool:
+    return isinstance(value, int) and value % 2 == 0
+
+
+def env(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+class _MarkerParams(BaseModel):
+    path: str
+    label: str = "fault"
+
+
+@action("testdriver", "mark", _MarkerParams, fault_type="error")
+def mark(ctx: ActivityContext, params: _MarkerParams) -> str:
+    """A fault that creates a marker file; its revert removes it."""
+    target = Path(params.path)
+    ctx.on_revert(lambda: target.unlink(missing_ok=True), label=f"remove {target.name}")
+    target.write_text(params.label, encoding="utf-8")
+    return str(target)

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+import ctk_helpers  # noqa: F401  (registers the test driver)
+
+LAB_POLICY = """\
+# A lab policy for engine tests: production is still forbidden, gates are not required.
+gates: {required: false}
+"""
+
+
+@pytest.fixture
+def lab_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "faultplane.policy.yaml"
+    path.write_text(LAB_POLICY, encoding="utf-8")
+    monkeypatch.setenv("FAULTPLANE_POLICY", str(path))
+    return path
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        routes = {
+            "/health": (200, b'{"status": "ok", "services": [{"name": "db", "up": true}]}'),
+            "/broken": (500, b'{"status": "down"}'),
+            "/text": (200, b"all systems nominal"),
+        }
+        status, body = routes.get(self.path, (404, b'{"error": "not found"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json" if body.startswith(b"{") else "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="session")
+def http_service() -> Iterator[str]:
+    """A real HTTP server on a free loopback port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -1,0 +1,167 @@
+"""Validation: every problem at once, each naming the field and the fix; variables and secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from faultplane.core.config import mask_secrets, resolve
+from faultplane.core.formats import ExperimentError, dumps, load_document, loads
+from faultplane.engine.lifecycle import plan
+from faultplane.services.experiments import validate_experiment
+
+PROBE = {
+    "type": "probe",
+    "name": "p",
+    "provider": {"type": "python", "module": "ctk_helpers", "func": "value", "arguments": {"v": 1}},
+    "tolerance": 1,
+}
+
+
+def test_unknown_keys_are_named_and_all_errors_reported_at_once() -> None:
+    doc = {
+        "title": "t",
+        "methd": [],
+        "method": [
+            {"type": "action", "name": "a", "provider": {"type": "python", "module": "m", "fnc": "x"}}
+        ],
+        "steady-state-hypothesis": {"probes": [{**PROBE, "tolerance": {"type": "range", "range": [1]}}]},
+    }
+    with pytest.raises(ExperimentError) as info:
+        plan(doc)
+    issues = info.value.issues
+    fields = {i.field for i in issues}
+    assert "methd" in fields
+    assert any(i.field.startswith("method[0].provider") and "fnc" in i.message for i in issues)
+    assert any("func" in i.fix for i in issues)
+    assert any(
+        "steady-state-hypothesis.probes[0].tolerance" in i.field and "range" in i.message for i in issues
+    )
+    assert len(issues) >= 4
+    assert all(i.fix for i in issues)
+
+
+def test_bad_provider_type_names_the_choices() -> None:
+    doc = {"title": "t", "method": [{"type": "action", "name": "a", "provider": {"type": "shell"}}]}
+    report = validate_experiment(doc, with_policy=False)
+    assert not report.valid
+    assert any("provider.type" in e.field and "python, process, http, driver" in e.fix for e in report.errors)
+
+
+def test_unknown_activity_reference_is_an_error() -> None:
+    report = validate_experiment({"title": "t", "method": [{"ref": "nope"}]}, with_policy=False)
+    assert not report.valid and "nope" in report.errors[0].message
+
+
+def test_unknown_variable_is_reported_with_its_location() -> None:
+    doc = {
+        "title": "t",
+        "method": [{"type": "action", "name": "a", "provider": {"type": "http", "url": "${base}/x"}}],
+    }
+    with pytest.raises(ExperimentError) as info:
+        plan(doc)
+    (issue,) = info.value.issues
+    assert issue.field == "method[0].provider.url"
+    assert "--var base=" in issue.fix
+    p = plan(doc, {"base": "http://127.0.0.1:1"})
+    assert p.experiment.method[0].provider.url == "http://127.0.0.1:1/x"  # type: ignore[union-attr]
+
+
+def test_configuration_env_and_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FP_TEST_PORT", "8123")
+    doc = {
+        "title": "t",
+        "configuration": {
+            "port": {"type": "env", "key": "FP_TEST_PORT", "env_var_type": "int"},
+            "host": {"type": "env", "key": "FP_NOT_SET", "default": "127.0.0.1"},
+        },
+        "method": [
+            {
+                "type": "probe",
+                "name": "p",
+                "provider": {
+                    "type": "python",
+                    "module": "ctk_helpers",
+                    "func": "value",
+                    "arguments": {"v": "${port}"},
+                },
+            }
+        ],
+    }
+    p = plan(doc)
+    assert p.configuration == {"port": 8123, "host": "127.0.0.1"}
+    assert p.experiment.method[0].provider.arguments == {"v": 8123}  # type: ignore[union-attr]
+    doc["configuration"]["missing"] = {"type": "env", "key": "FP_MISSING_VAR"}
+    with pytest.raises(ExperimentError, match="FP_MISSING_VAR is not set"):
+        plan(doc)
+
+
+def test_secrets_are_masked_everywhere() -> None:
+    doc = {
+        "title": "t",
+        "secrets": {"db": {"password": "s3cr3t-value"}},
+        "method": [
+            {
+                "type": "action",
+                "name": "a",
+                "provider": {"type": "process", "path": "/bin/echo", "arguments": "--password=${password}"},
+            }
+        ],
+    }
+    r = resolve(doc)
+    assert r.document["method"][0]["provider"]["arguments"] == "--password=s3cr3t-value"
+    masked = mask_secrets({"experiment": doc, "output": "connected with s3cr3t-value ok"}, r.secret_values)
+    text = json.dumps(masked)
+    assert "s3cr3t-value" not in text
+    assert masked["experiment"]["secrets"]["db"]["password"] == "***"
+    assert masked["output"] == "connected with *** ok"
+
+
+def test_formats_are_detected_and_errors_located(tmp_path: os.PathLike[str]) -> None:
+    doc = {"title": "round", "method": [PROBE]}
+    for fmt in ("json", "yaml", "toon"):
+        assert loads(dumps(doc, fmt)) == doc  # type: ignore[arg-type]
+    bad = os.path.join(tmp_path, "bad.yaml")
+    with open(bad, "w") as fh:
+        fh.write("title: x\nmethod:\n  - type: [unclosed\n")
+    with pytest.raises(ExperimentError) as info:
+        load_document(bad)
+    assert "bad.yaml:" in info.value.issues[0].field and "YAML" in info.value.issues[0].message
+    with pytest.raises(ExperimentError, match="file not found"):
+        load_document(os.path.join(tmp_path, "nope.json"))
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=20),
+)
+_json = st.recursive(
+    _scalars,
+    lambda c: (
+        st.lists(c, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(codec="utf-8", categories=("L", "N")), min_size=1, max_size=8),
+            c,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(st.characters(categories=("L",)), min_size=1, max_size=8), _json, min_size=1, max_size=5
+    )
+)
+def test_json_and_toon_round_trip(doc: dict) -> None:
+    assert loads(dumps(doc, "json"), "json") == doc
+    assert loads(dumps(doc, "toon"), "toon") == doc

@@ -1,0 +1,318 @@
+"""Real servers for tests: PostgreSQL, Redis and sshd on free loopback ports, in temporary directories.
+
+A pytest plugin module: load it with ``pytest_plugins = ["servers"]`` in ``tests/conftest.py`` (``tests/`` is on
+``sys.path``), or import the fixtures into an area's conftest. Servers are session-scoped (one start per test
+session) and stopped at the end. A missing binary skips the tests that need it with the command that installs
+it (``make services``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+__all__ = [
+    "PostgresServer",
+    "RedisServer",
+    "SshdServer",
+    "postgres_server",
+    "redis_server",
+    "sshd_server",
+]
+
+_START_TIMEOUT_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise RuntimeError(f"{what} exited with {proc.returncode} while starting:\n{tail}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {_START_TIMEOUT_S}s")
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+# --- PostgreSQL -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    host: str
+    port: int
+    user: str
+    dbname: str
+    data_dir: Path
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{self.dbname}"
+
+    def conninfo(self, **extra: str) -> str:
+        parts = [f"host={self.host}", f"port={self.port}", f"user={self.user}", f"dbname={self.dbname}"]
+        parts += [f"{k}={v}" for k, v in extra.items()]
+        return " ".join(parts)
+
+
+def _pg_bindir() -> Path | None:
+    for cand in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (cand / "initdb").exists():
+            return cand
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL server (trust auth, user ``postgres``, db ``postgres``, max_connections=60)."""
+    bindir = _pg_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed (run `make services`)")
+    # Not under pytest's tmp dir: that is private to root, and the server runs as `postgres` when we are root.
+    base = Path(tempfile.mkdtemp(prefix="faultplane-pg-"))
+    data, sock = base / "data", base / "sock"
+    data.mkdir()
+    sock.mkdir()
+    log = base / "postgres.log"
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        # initdb and postgres refuse to run as root: run them as the postgres system user.
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no `postgres` user to run PostgreSQL as")
+        for p in (base, data, sock):
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+        log.touch()
+        os.chown(log, pw.pw_uid, pw.pw_gid)
+        os.chmod(base, 0o755)
+        prefix = ["runuser", "-u", "postgres", "--"]
+    init = subprocess.run(
+        [
+            *prefix,
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=base,
+    )
+    if init.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}\n{init.stderr}")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            *prefix,
+            str(bindir / "postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-k",
+            str(sock),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=60",
+            "-c",
+            "superuser_reserved_connections=3",
+            "-c",
+            "logging_collector=off",
+        ],
+        stdout=open(log, "ab"),  # noqa: SIM115 - the child owns it
+        stderr=subprocess.STDOUT,
+        cwd=base,
+    )
+    try:
+        _wait_port(port, proc, "postgres", log)
+        # Accepting TCP precedes accepting logins by a moment; wait for a real query.
+        import psycopg
+
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
+            try:
+                with psycopg.connect(
+                    host="127.0.0.1", port=port, user="postgres", dbname="postgres", connect_timeout=2
+                ) as c:
+                    c.execute("SELECT 1")
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield PostgresServer("127.0.0.1", port, "postgres", "postgres", data)
+    finally:
+        # Signal the postmaster itself (runuser does not pass SIGINT on): fast shutdown.
+        pidfile = data / "postmaster.pid"
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text().split()[0]), signal.SIGINT)
+        _stop(proc, signal.SIGINT)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# --- Redis ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server with DEBUG enabled, no persistence, maxclients 200."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (run `make services`)")
+    base = tmp_path_factory.mktemp("redis")
+    port = _free_port()
+    log = base / "redis.log"
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(base),
+            "--maxclients",
+            "200",
+            "--enable-debug-command",
+            "yes",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(log),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_port(port, proc, "redis-server", log)
+        yield RedisServer("127.0.0.1", port)
+    finally:
+        _stop(proc)
+
+
+# --- sshd -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SshdServer:
+    host: str
+    port: int
+    username: str
+    client_key: Path
+    known_hosts: Path
+
+
+@pytest.fixture(scope="session")
+def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
+    """OpenSSH's sshd on loopback accepting a generated key for the current user (needs root)."""
+    sshd = Path("/usr/sbin/sshd")
+    keygen = shutil.which("ssh-keygen")
+    if not sshd.exists() or keygen is None:
+        pytest.skip("openssh-server is not installed (run `make services`)")
+    if os.geteuid() != 0:
+        pytest.skip("sshd needs root to run on a test port here")
+    base = tmp_path_factory.mktemp("sshd")
+    os.chmod(base, 0o700)
+    host_key, user_key = base / "host_ed25519", base / "user_ed25519"
+    for key in (host_key, user_key):
+        subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    auth = base / "authorized_keys"
+    shutil.copy(user_key.with_suffix(".pub"), auth)
+    os.chmod(auth, 0o600)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir sshd insists on
+    port = _free_port()
+    cfg = base / "sshd_config"
+    cfg.write_text(
+        "\n".join(
+            [
+                f"Port {port}",
+                "ListenAddress 127.0.0.1",
+                f"HostKey {host_key}",
+                f"PidFile {base / 'sshd.pid'}",
+                f"AuthorizedKeysFile {auth}",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PubkeyAuthentication yes",
+                "PermitRootLogin prohibit-password",
+                "UsePAM no",
+                "StrictModes no",
+                "LogLevel ERROR",
+                "",
+            ]
+        )
+    )
+    log = base / "sshd.log"
+    proc = subprocess.Popen(
+        [str(sshd), "-D", "-e", "-f", str(cfg)],
+        stdout=open(log, "ab"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_port(port, proc, "sshd", log)
+        known = base / "known_hosts"
+        pub = host_key.with_suffix(".pub").read_text().split()
+        known.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+        yield SshdServer("127.0.0.1", port, pwd.getpwuid(os.geteuid()).pw_name, user_key, known)
+    finally:
+        _stop(proc)
