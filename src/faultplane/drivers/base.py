@@ -1,0 +1,239 @@
+"""The driver contract: named actions and probes with parameter schemas, and reverts paired with faults.
+
+A driver module registers its activities with `@action(...)` / `@probe(...)`. Each activity takes an
+`ActivityContext` and a validated pydantic parameters model. An action that changes the system calls
+`ctx.on_revert(...)` *before* it applies the change, so the engine can undo it on every exit path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = [
+    "ActivityContext",
+    "ActivitySpec",
+    "DriverError",
+    "NoParams",
+    "RevertEntry",
+    "action",
+    "get_activity",
+    "list_activities",
+    "load_builtin_drivers",
+    "probe",
+]
+
+RevertFn = Callable[[], Awaitable[None] | None]
+
+BUILTIN_DRIVERS = (
+    "faultplane.drivers.process",
+    "faultplane.drivers.netproxy",
+    "faultplane.drivers.http",
+    "faultplane.drivers.postgres",
+    "faultplane.drivers.redis",
+    "faultplane.drivers.script",
+    "faultplane.drivers.kubernetes",
+    "faultplane.drivers.ssh",
+    "faultplane.drivers.faults",
+)
+
+
+class DriverError(RuntimeError):
+    """An activity failed in a way the user should read (bad target, refused connection, ...)."""
+
+
+class NoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class RevertEntry:
+    label: str
+    fn: RevertFn
+    lease_id: str | None = None
+
+
+@dataclass
+class ActivityContext:
+    """What an activity sees of the run: configuration, secrets, a seeded RNG and the revert stack."""
+
+    run_id: str = "adhoc"
+    configuration: dict[str, Any] = field(default_factory=dict)
+    secrets: dict[str, Any] = field(default_factory=dict)
+    rng: random.Random = field(default_factory=random.Random)
+    dry_run: bool = False
+    reverts: list[RevertEntry] = field(default_factory=list)
+    # Set by the engine so drivers can record lease ids against the run's store.
+    store_path: str | None = None
+
+    def on_revert(self, fn: RevertFn, *, label: str, lease_id: str | None = None) -> RevertEntry:
+        """Register how to undo a change. Call it before applying the change."""
+        entry = RevertEntry(label=label, fn=fn, lease_id=lease_id)
+        self.reverts.append(entry)
+        return entry
+
+    async def revert_all(self) -> list[tuple[str, BaseException | None]]:
+        """Run every pending revert, newest first, each shielded from cancellation; report outcomes."""
+        outcomes: list[tuple[str, BaseException | None]] = []
+        while self.reverts:
+            entry = self.reverts.pop()
+            try:
+                with anyio.CancelScope(shield=True):
+                    result = entry.fn()
+                    if inspect.isawaitable(result):
+                        await result
+                outcomes.append((entry.label, None))
+            except Exception as exc:  # a failed revert must not stop the others
+                outcomes.append((entry.label, exc))
+        return outcomes
+
+
+@dataclass(frozen=True)
+class ActivitySpec:
+    driver: str
+    name: str
+    kind: Literal["action", "probe"]
+    func: Callable[..., Any]
+    params: type[BaseModel]
+    description: str
+    fault_type: str | None = None
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.driver}.{self.name}"
+
+    def parameters_schema(self) -> dict[str, Any]:
+        return self.params.model_json_schema()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "driver": self.driver,
+            "name": self.name,
+            "kind": self.kind,
+            "description": self.description,
+            "fault_type": self.fault_type,
+            "parameters": self.parameters_schema(),
+        }
+
+    async def invoke(self, ctx: ActivityContext, arguments: dict[str, Any]) -> Any:
+        """Validate the arguments and call the activity (sync ones in a worker thread)."""
+        try:
+            params = self.params.model_validate(arguments)
+        except ValidationError as exc:
+            raise DriverError(_format_param_errors(self.qualified_name, exc)) from None
+        if inspect.iscoroutinefunction(self.func):
+            return await self.func(ctx, params)
+        return await anyio.to_thread.run_sync(self.func, ctx, params)
+
+
+_REGISTRY: dict[tuple[str, str], ActivitySpec] = {}
+
+
+def _register(
+    kind: Literal["action", "probe"],
+    driver: str,
+    name: str,
+    params: type[BaseModel],
+    description: str | None,
+    fault_type: str | None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def deco(func: Callable[..., Any]) -> Callable[..., Any]:
+        doc = description or inspect.getdoc(func) or ""
+        _REGISTRY[(driver, name)] = ActivitySpec(driver, name, kind, func, params, doc, fault_type)
+        return func
+
+    return deco
+
+
+def action(
+    driver: str,
+    name: str,
+    params: type[BaseModel] = NoParams,
+    *,
+    description: str | None = None,
+    fault_type: str | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a function `(ctx, params) -> Any` as an action of `driver`."""
+    return _register("action", driver, name, params, description, fault_type)
+
+
+def probe(
+    driver: str, name: str, params: type[BaseModel] = NoParams, *, description: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a function `(ctx, params) -> value` as a probe of `driver`."""
+    return _register("probe", driver, name, params, description, None)
+
+
+_loaded = False
+
+
+def _plugin_modules() -> list[str]:
+    """Third-party drivers: the `faultplane.drivers` entry-point group and $FAULTPLANE_DRIVERS (comma-separated)."""
+    from importlib.metadata import entry_points
+
+    mods = [ep.value.split(":")[0] for ep in entry_points(group="faultplane.drivers")]
+    mods += [m.strip() for m in os.environ.get("FAULTPLANE_DRIVERS", "").split(",") if m.strip()]
+    return mods
+
+
+def load_builtin_drivers() -> None:
+    """Import every built-in and plugin driver module so their activities register.
+
+    A built-in whose optional client library is missing is skipped; a named plugin that fails to import is an
+    error, since the user asked for it."""
+    global _loaded
+    if _loaded:
+        return
+    for mod in _plugin_modules():
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            raise DriverError(
+                f"driver plugin {mod!r} (FAULTPLANE_DRIVERS / entry point) cannot be imported: {exc}"
+            ) from None
+    for mod in BUILTIN_DRIVERS:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("faultplane"):
+                continue  # driver not built (yet)
+            continue  # optional client library not installed: its driver is simply absent
+    _loaded = True
+
+
+def get_activity(driver: str, name: str) -> ActivitySpec:
+    load_builtin_drivers()
+    try:
+        return _REGISTRY[(driver, name)]
+    except KeyError:
+        known = sorted(n for d, n in _REGISTRY if d == driver)
+        if not known:
+            drivers = sorted({d for d, _ in _REGISTRY})
+            raise DriverError(f"unknown driver {driver!r}; available drivers: {', '.join(drivers)}") from None
+        raise DriverError(
+            f"driver {driver!r} has no activity {name!r}; available: {', '.join(known)}"
+        ) from None
+
+
+def list_activities(driver: str | None = None) -> list[ActivitySpec]:
+    load_builtin_drivers()
+    return sorted(
+        (s for s in _REGISTRY.values() if driver is None or s.driver == driver),
+        key=lambda s: (s.driver, s.name),
+    )
+
+
+def _format_param_errors(where: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        parts.append(f"{where}: arguments.{loc}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,384 @@
+"""PostgreSQL faults and probes (psycopg 3, blocking calls in worker threads).
+
+Connections a fault holds open (pool exhaustion, a table lock) carry an ``application_name`` unique to the
+fault's lease, so the lease's revert recipe can end them from any process with ``pg_terminate_backend``
+even when the controller that opened them is hung rather than dead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import time
+import uuid
+from typing import Any, Literal
+
+import anyio
+import psycopg
+from psycopg import sql
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultplane.drivers.base import ActivityContext, DriverError, action, probe
+from faultplane.drivers.blast import BlastRadius, select_targets
+from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
+
+__all__: list[str] = []
+
+_CONNECT_TIMEOUT_S = 5
+_held_lock = threading.Lock()
+_held: dict[str, list[psycopg.Connection[Any]]] = {}
+
+
+class _Dsn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dsn: str = Field(description="libpq connection string or URI, e.g. postgresql://user@127.0.0.1:5432/db")
+
+
+def _connect(
+    dsn: str, *, application_name: str = "faultplane", autocommit: bool = True
+) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(
+            dsn, connect_timeout=_CONNECT_TIMEOUT_S, application_name=application_name, autocommit=autocommit
+        )
+    except psycopg.OperationalError as exc:
+        raise DriverError(f"dsn: cannot connect to PostgreSQL: {str(exc).strip()}") from None
+
+
+def _scalar(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise DriverError(f"query returned no row: {query}")
+    return row[0]
+
+
+def _terminate_tagged(dsn: str, application_name: str) -> int:
+    with _connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            [application_name],
+        ).fetchall()
+    return len(rows)
+
+
+def _close_held(tag: str) -> None:
+    with _held_lock:
+        conns = _held.pop(tag, [])
+    for c in conns:
+        with contextlib.suppress(psycopg.Error):
+            c.rollback()
+        c.close()
+
+
+def _release(dsn: str, tag: str) -> None:
+    """Close the fault's connections and wait (bounded) until the server has let their backends go, so the
+    slots are really free again when the revert returns."""
+    _close_held(tag)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            with _connect(dsn) as conn:
+                left = _scalar(
+                    conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [tag]
+                )
+        except DriverError:
+            left = -1
+        if left == 0:
+            return
+        time.sleep(0.02)
+
+
+@revert_recipe("postgres", "terminate_tagged")
+def _recipe_terminate_tagged(args: dict[str, Any]) -> None:
+    _close_held(args["application_name"])  # when run in the controller itself
+    _terminate_tagged(args["dsn"], args["application_name"])
+    _release(args["dsn"], args["application_name"])
+
+
+def _tag(kind: str) -> str:
+    return f"faultplane-{kind}-{uuid.uuid4().hex[:10]}"
+
+
+# --- terminate backends ---------------------------------------------------------------------------------------
+
+
+class TerminateParams(_Dsn, BlastRadius):
+    database: str | None = Field(default=None, description="only backends of this database (default: any)")
+    application_name: str | None = Field(default=None, description="SQL LIKE pattern on application_name")
+    usename: str | None = Field(default=None, description="only backends of this user")
+    state: str | None = Field(default=None, description="only backends in this state, e.g. 'idle'")
+
+
+@action("postgres", "terminate_backends", TerminateParams, fault_type="error")
+def terminate_backends(ctx: ActivityContext, p: TerminateParams) -> dict[str, Any]:
+    """pg_terminate_backend() client backends matching the filters (blast radius: count or percentage).
+
+    Nothing to revert: a terminated session is gone; the fault tests whether clients reconnect.
+    """
+    cond: list[sql.Composable] = [
+        sql.SQL("backend_type = 'client backend'"),
+        sql.SQL("pid <> pg_backend_pid()"),
+    ]
+    args: list[Any] = []
+    for col, val, op in (
+        ("datname", p.database, "="),
+        ("application_name", p.application_name, "LIKE"),
+        ("usename", p.usename, "="),
+        ("state", p.state, "="),
+    ):
+        if val is not None:
+            cond.append(sql.SQL("{} {} %s").format(sql.Identifier(col), sql.SQL(op)))
+            args.append(val)
+    query = sql.SQL("SELECT pid FROM pg_stat_activity WHERE {} ORDER BY pid").format(
+        sql.SQL(" AND ").join(cond)
+    )
+    with _connect(p.dsn) as conn:
+        pids = [r[0] for r in conn.execute(query, args).fetchall()]
+        chosen = select_targets(pids, count=p.count, percentage=p.percentage, rng=ctx.rng)
+        done = [pid for pid in chosen if _scalar(conn, "SELECT pg_terminate_backend(%s)", [pid])]
+    return {"matched": len(pids), "terminated": done}
+
+
+# --- connection exhaustion ------------------------------------------------------------------------------------
+
+
+class ExhaustParams(_Dsn):
+    connections: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="connections to hold; omit to take every free non-superuser slot",
+    )
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
+    )
+
+
+def _free_slots(dsn: str) -> int:
+    with _connect(dsn) as conn:
+        free = _scalar(
+            conn,
+            "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int"
+            " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+        )
+    return max(0, int(free) + 1)  # +1: this query's own connection closes before the fault opens any
+
+
+def _open_many(dsn: str, tag: str, n: int) -> int:
+    opened: list[psycopg.Connection[Any]] = []
+    with _held_lock:
+        _held[tag] = opened
+    for _ in range(n):
+        try:
+            c = psycopg.connect(
+                dsn, connect_timeout=_CONNECT_TIMEOUT_S, application_name=tag, autocommit=True
+            )
+        except psycopg.OperationalError:
+            break  # the server is full: that is the fault we want
+        with _held_lock:
+            opened.append(c)
+    return len(opened)
+
+
+@action("postgres", "exhaust_connections", ExhaustParams, fault_type="resource_exhaustion")
+async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[str, Any]:
+    """Hold connections open so the server's pool runs out; rollback closes them."""
+    n = p.connections if p.connections is not None else await anyio.to_thread.run_sync(_free_slots, p.dsn)
+    tag = _tag("hold")
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: close {n} held connections ({tag})",
+        driver="postgres",
+        revert="terminate_tagged",
+        args={"dsn": p.dsn, "application_name": tag},
+        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
+    )
+    try:
+        held = await anyio.to_thread.run_sync(_open_many, p.dsn, tag, n)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {"requested": n, "held": held, "application_name": tag}
+    if p.duration_seconds:
+        try:
+            await anyio.sleep(p.duration_seconds)
+        finally:
+            await revert_now(ctx, entry)
+        result["released_after_s"] = p.duration_seconds
+    return result
+
+
+# --- table lock -----------------------------------------------------------------------------------------------
+
+LockMode = Literal[
+    "ACCESS SHARE",
+    "ROW SHARE",
+    "ROW EXCLUSIVE",
+    "SHARE UPDATE EXCLUSIVE",
+    "SHARE",
+    "SHARE ROW EXCLUSIVE",
+    "EXCLUSIVE",
+    "ACCESS EXCLUSIVE",
+]
+
+
+class LockParams(_Dsn):
+    table: str = Field(description="table name, optionally schema-qualified (schema.table)")
+    mode: LockMode = "ACCESS EXCLUSIVE"
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
+    )
+
+
+def _lock(dsn: str, tag: str, table: str, mode: str) -> None:
+    conn = _connect(dsn, application_name=tag, autocommit=False)
+    with _held_lock:
+        _held[tag] = [conn]
+    ident = sql.Identifier(*table.split(".", 1))
+    try:
+        conn.execute("SET lock_timeout = '5s'")
+        conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(ident, sql.SQL(mode)))
+    except psycopg.Error as exc:
+        _close_held(tag)
+        raise DriverError(f"table: cannot lock {table!r}: {str(exc).strip()}") from None
+
+
+@action("postgres", "lock_table", LockParams, fault_type="timeout")
+async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
+    """Take a table lock in an open transaction; queries that conflict wait. Rollback releases it."""
+    tag = _tag("lock")
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: release {p.mode} lock on {p.table}",
+        driver="postgres",
+        revert="terminate_tagged",
+        args={"dsn": p.dsn, "application_name": tag},
+        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
+    )
+    try:
+        await anyio.to_thread.run_sync(_lock, p.dsn, tag, p.table, p.mode)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {"table": p.table, "mode": p.mode, "application_name": tag}
+    if p.duration_seconds:
+        try:
+            await anyio.sleep(p.duration_seconds)
+        finally:
+            await revert_now(ctx, entry)
+        result["released_after_s"] = p.duration_seconds
+    return result
+
+
+# --- latency through the netproxy -----------------------------------------------------------------------------
+
+
+class LatencyParams(_Dsn):
+    route: str = Field(
+        default="postgres", description="netproxy route name (registry target netproxy:<route>)"
+    )
+    listen: str = Field(default="127.0.0.1:0", description="where clients must connect to feel the latency")
+    latency_ms: float = Field(ge=0, le=3_600_000)
+    jitter_ms: float = Field(default=0, ge=0)
+    control_url: str | None = Field(
+        default=None, description="standalone netproxy control API; omit = in-process"
+    )
+
+
+@action("postgres", "inject_latency", LatencyParams, fault_type="latency")
+async def inject_latency(ctx: ActivityContext, p: LatencyParams) -> dict[str, Any]:
+    """Put a netproxy route with a latency toxic in front of the server; clients use the returned address.
+
+    Rollback removes the toxic and the route (both are netproxy actions with their own reverts).
+    """
+    from faultplane.drivers import netproxy
+
+    info = psycopg.conninfo.conninfo_to_dict(p.dsn)
+    upstream = f"{info.get('host') or '127.0.0.1'}:{info.get('port') or 5432}"
+    where = {"control_url": p.control_url} if p.control_url else {}
+    route = await netproxy.create_route(
+        ctx, netproxy.CreateRouteParams(name=p.route, upstream=upstream, listen=p.listen, **where)
+    )
+    await netproxy.latency(
+        ctx,
+        netproxy.LatencyParams(route=p.route, latency_ms=p.latency_ms, jitter_ms=p.jitter_ms, **where),
+    )
+    host, port = route["listen"].rsplit(":", 1)
+    proxied = psycopg.conninfo.make_conninfo(p.dsn, host=host, port=port)
+    return {"route": p.route, "listen": route["listen"], "dsn": proxied, "latency_ms": p.latency_ms}
+
+
+# --- probes ---------------------------------------------------------------------------------------------------
+
+
+class CountParams(_Dsn):
+    database: str | None = None
+    application_name: str | None = Field(default=None, description="SQL LIKE pattern")
+    state: str | None = None
+
+
+@probe("postgres", "connection_count", CountParams)
+def connection_count(ctx: ActivityContext, p: CountParams) -> int:
+    """Client backends connected (optionally filtered), not counting the probe's own."""
+    q = (
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        " AND (%(db)s::text IS NULL OR datname = %(db)s) AND (%(app)s::text IS NULL OR application_name LIKE %(app)s)"
+        " AND (%(state)s::text IS NULL OR state = %(state)s)"
+    )
+    with _connect(p.dsn) as conn:
+        return int(_scalar(conn, q, {"db": p.database, "app": p.application_name, "state": p.state}))
+
+
+class LatencyProbeParams(_Dsn):
+    query: str = Field(default="SELECT 1", description="a read-only query to time")
+    samples: int = Field(default=5, ge=1, le=1000)
+    include_connect: bool = Field(default=False, description="time a new connection per sample")
+    timeout_seconds: float = Field(default=30, gt=0, le=600)
+
+
+@probe("postgres", "query_latency", LatencyProbeParams)
+def query_latency(ctx: ActivityContext, p: LatencyProbeParams) -> dict[str, float]:
+    """Time ``query`` ``samples`` times: p50/mean/max in milliseconds."""
+    out: list[float] = []
+    deadline = time.monotonic() + p.timeout_seconds
+    conn = None if p.include_connect else _connect(p.dsn)
+    try:
+        for _ in range(p.samples):
+            if time.monotonic() > deadline:
+                break
+            t0 = time.perf_counter()
+            if p.include_connect:
+                with _connect(p.dsn) as c:
+                    c.execute(p.query).fetchall()
+            else:
+                assert conn is not None
+                conn.execute(p.query).fetchall()
+            out.append((time.perf_counter() - t0) * 1000.0)
+    except psycopg.Error as exc:
+        raise DriverError(f"query: {str(exc).strip()}") from None
+    finally:
+        if conn is not None:
+            conn.close()
+    return {
+        "p50_ms": statistics.median(out),
+        "mean_ms": statistics.fmean(out),
+        "max_ms": max(out),
+        "samples": float(len(out)),
+    }
+
+
+class AvailableParams(_Dsn):
+    timeout_seconds: float = Field(default=5, gt=0, le=60)
+
+
+@probe("postgres", "is_available", AvailableParams)
+def is_available(ctx: ActivityContext, p: AvailableParams) -> bool:
+    """True when a new connection can run ``SELECT 1``."""
+    try:
+        with psycopg.connect(p.dsn, connect_timeout=max(1, int(p.timeout_seconds)), autocommit=True) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False

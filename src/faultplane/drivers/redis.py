@@ -1,0 +1,365 @@
+"""Redis faults and probes (redis-py, blocking calls in worker threads).
+
+Held connections carry a client name unique to their lease, so the revert recipe can ``CLIENT KILL`` them
+from another process. Evicted keys are ``DUMP``-ed first and ``RESTORE``-d on rollback.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import statistics
+import threading
+import time
+import uuid
+from typing import Any, Literal
+
+import anyio
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultplane.drivers.base import ActivityContext, DriverError, action, probe
+from faultplane.drivers.blast import BlastRadius, select_targets
+from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
+
+__all__: list[str] = []
+
+_TIMEOUT_S = 5.0
+_held_lock = threading.Lock()
+_held: dict[str, list[redis.Redis]] = {}
+
+
+class _Url(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(description="redis://[user:password@]host:port/db")
+
+
+def _client(url: str, **kw: Any) -> redis.Redis:
+    try:
+        return redis.Redis.from_url(
+            url, socket_connect_timeout=_TIMEOUT_S, socket_timeout=kw.pop("timeout", _TIMEOUT_S), **kw
+        )
+    except ValueError as exc:
+        raise DriverError(f"url: {exc}") from None
+
+
+def _err(what: str, exc: Exception) -> DriverError:
+    return DriverError(f"redis {what}: {exc}")
+
+
+# --- CLIENT PAUSE ---------------------------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "unpause")
+def _recipe_unpause(args: dict[str, Any]) -> None:
+    # Some servers (Redis 7.0 under PAUSE ALL) hold even CLIENT UNPAUSE until the pause ends; the pause is
+    # bounded by its own timeout, so a revert that cannot get through in time is not a failure.
+    try:
+        with _client(args["url"], timeout=1.0) as r:
+            r.execute_command("CLIENT", "UNPAUSE")
+    except redis.TimeoutError:
+        pass
+
+
+class PauseParams(_Url):
+    timeout_ms: int = Field(ge=1, le=3_600_000, description="Redis ends the pause by itself after this")
+    mode: Literal["ALL", "WRITE"] = Field(
+        default="ALL", description="ALL blocks every command, WRITE only writes"
+    )
+
+
+@action("redis", "client_pause", PauseParams, fault_type="timeout")
+async def client_pause(ctx: ActivityContext, p: PauseParams) -> dict[str, Any]:
+    """CLIENT PAUSE: clients block for ``timeout_ms``; rollback sends CLIENT UNPAUSE (Redis >= 6.2).
+
+    Under mode ALL, Redis 7.0 also holds CLIENT UNPAUSE, so the pause then lasts its full ``timeout_ms``.
+    """
+    leased_revert(
+        ctx, label=f"redis: CLIENT UNPAUSE {p.url}", driver="redis", revert="unpause", args={"url": p.url}
+    )
+
+    def pause() -> None:
+        with _client(p.url) as r:
+            r.execute_command("CLIENT", "PAUSE", p.timeout_ms, p.mode)
+
+    try:
+        await anyio.to_thread.run_sync(pause)
+    except redis.RedisError as exc:
+        raise _err("CLIENT PAUSE", exc) from None
+    return {"paused_ms": p.timeout_ms, "mode": p.mode}
+
+
+# --- DEBUG SLEEP ----------------------------------------------------------------------------------------------
+
+
+class SleepParams(_Url):
+    seconds: float = Field(
+        gt=0, le=300, description="the server is blocked for this long (cannot be cut short)"
+    )
+    wait: bool = Field(default=False, description="return only when the server wakes up")
+
+
+@action("redis", "debug_sleep", SleepParams, fault_type="timeout")
+async def debug_sleep(ctx: ActivityContext, p: SleepParams) -> dict[str, Any]:
+    """DEBUG SLEEP: the whole server stops answering for ``seconds`` (needs enable-debug-command).
+
+    Bounded by construction, so there is nothing to revert: the server resumes when the sleep ends.
+    """
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def sleep() -> None:
+        try:
+            with _client(p.url, timeout=p.seconds + _TIMEOUT_S) as r:
+                r.ping()
+                started.set()
+                r.execute_command("DEBUG", "SLEEP", p.seconds)
+        except BaseException as exc:
+            errors.append(exc)
+            started.set()
+
+    t = threading.Thread(target=sleep, name="faultplane-redis-debug-sleep", daemon=True)
+    t.start()
+    await anyio.to_thread.run_sync(started.wait, _TIMEOUT_S)
+    await anyio.sleep(0.05)  # let the DEBUG command reach the server before returning
+    if errors:
+        raise _err("DEBUG SLEEP", errors[0]) from None  # type: ignore[arg-type]
+    if p.wait:
+        await anyio.to_thread.run_sync(t.join, p.seconds + 2 * _TIMEOUT_S)
+        if errors:
+            raise _err("DEBUG SLEEP", errors[0]) from None  # type: ignore[arg-type]
+    return {"slept_s": p.seconds}
+
+
+# --- connection exhaustion ------------------------------------------------------------------------------------
+
+
+def _kill_named(url: str, name: str) -> int:
+    killed = 0
+    with _client(url) as r:
+        for c in r.client_list():
+            if c.get("name") == name:
+                try:
+                    r.execute_command("CLIENT", "KILL", "ID", c["id"])
+                    killed += 1
+                except redis.ResponseError:
+                    pass
+    return killed
+
+
+def _close_held(name: str) -> None:
+    with _held_lock:
+        clients = _held.pop(name, [])
+    for c in clients:
+        with contextlib.suppress(redis.RedisError):
+            c.close()
+
+
+@revert_recipe("redis", "kill_named")
+def _recipe_kill_named(args: dict[str, Any]) -> None:
+    _close_held(args["name"])
+    _kill_named(args["url"], args["name"])
+
+
+class ExhaustParams(_Url):
+    connections: int | None = Field(
+        default=None, ge=1, le=100_000, description="connections to hold; omit to fill up to maxclients"
+    )
+    leave_free: int = Field(default=0, ge=0, description="slots to leave free when filling up to maxclients")
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+def _open_many(url: str, name: str, n: int) -> int:
+    held: list[redis.Redis] = []
+    with _held_lock:
+        _held[name] = held
+    for _ in range(n):
+        c = _client(url, single_connection_client=True, client_name=name)
+        try:
+            c.ping()
+        except redis.RedisError:
+            c.close()
+            break  # maxclients reached: the fault is in place
+        with _held_lock:
+            held.append(c)
+    return len(held)
+
+
+def _room(url: str, leave_free: int) -> int:
+    with _client(url) as r:
+        maxclients = int(r.config_get("maxclients")["maxclients"])
+        connected = int(r.info("clients")["connected_clients"])
+    return max(0, maxclients - connected + 1 - leave_free)  # +1: this probe's own connection is about to go
+
+
+@action("redis", "exhaust_connections", ExhaustParams, fault_type="resource_exhaustion")
+async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[str, Any]:
+    """Hold connections open (client name tagged); rollback closes them or CLIENT KILLs them by name."""
+    try:
+        n = (
+            p.connections
+            if p.connections is not None
+            else await anyio.to_thread.run_sync(_room, p.url, p.leave_free)
+        )
+    except redis.RedisError as exc:
+        raise _err("maxclients", exc) from None
+    name = f"faultplane-hold-{uuid.uuid4().hex[:10]}"
+    entry = leased_revert(
+        ctx,
+        label=f"redis: close {n} held connections ({name})",
+        driver="redis",
+        revert="kill_named",
+        args={"url": p.url, "name": name},
+        fn=lambda: anyio.to_thread.run_sync(_close_held, name),
+    )
+    try:
+        held = await anyio.to_thread.run_sync(_open_many, p.url, name, n)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {"requested": n, "held": held, "client_name": name}
+    if p.duration_seconds:
+        try:
+            await anyio.sleep(p.duration_seconds)
+        finally:
+            await revert_now(ctx, entry)
+        result["released_after_s"] = p.duration_seconds
+    return result
+
+
+# --- key eviction ---------------------------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "restore_keys")
+def _recipe_restore(args: dict[str, Any]) -> None:
+    with _client(args["url"]) as r:
+        pipe = r.pipeline(transaction=False)
+        for key_b64, ttl, dump_b64 in args["keys"]:
+            key, dump = base64.b64decode(key_b64), base64.b64decode(dump_b64)
+            pipe.restore(key, max(0, int(ttl)), dump, replace=True)
+        pipe.execute()
+
+
+class EvictParams(_Url, BlastRadius):
+    pattern: str = Field(default="*", description="SCAN MATCH pattern selecting candidate keys")
+    max_keys: int = Field(default=10_000, ge=1, le=1_000_000, description="refuse above this many candidates")
+
+
+def _evict(url: str, p: EvictParams, rng: Any) -> tuple[list[list[Any]], int]:
+    with _client(url) as r:
+        keys = sorted(r.scan_iter(match=p.pattern, count=1000))
+        if len(keys) > p.max_keys:
+            raise DriverError(
+                f"pattern: {p.pattern!r} matches {len(keys)} keys, more than max_keys={p.max_keys}; "
+                "narrow the pattern or raise max_keys"
+            )
+        chosen = select_targets(keys, count=p.count, percentage=p.percentage, rng=rng)
+        pipe = r.pipeline(transaction=False)
+        for k in chosen:
+            pipe.dump(k)
+            pipe.pttl(k)
+        res = pipe.execute()
+        saved = []
+        for i, k in enumerate(chosen):
+            dump, ttl = res[2 * i], res[2 * i + 1]
+            if dump is None:
+                continue  # expired meanwhile
+            saved.append(
+                [base64.b64encode(k).decode(), ttl if ttl and ttl > 0 else 0, base64.b64encode(dump).decode()]
+            )
+    return saved, len(keys)
+
+
+@action("redis", "evict_keys", EvictParams, fault_type="error")
+async def evict_keys(ctx: ActivityContext, p: EvictParams) -> dict[str, Any]:
+    """Delete matching keys (blast radius: count or percentage) as if evicted; rollback RESTOREs them."""
+    try:
+        saved, matched = await anyio.to_thread.run_sync(_evict, p.url, p, ctx.rng)
+    except redis.RedisError as exc:
+        raise _err("SCAN/DUMP", exc) from None
+    leased_revert(
+        ctx,
+        label=f"redis: restore {len(saved)} evicted keys",
+        driver="redis",
+        revert="restore_keys",
+        args={"url": p.url, "keys": saved},
+    )
+
+    def delete() -> int:
+        with _client(p.url) as r:
+            return int(r.delete(*[base64.b64decode(k) for k, _, _ in saved])) if saved else 0
+
+    deleted = await anyio.to_thread.run_sync(delete)
+    return {
+        "matched": matched,
+        "evicted": deleted,
+        "keys": [base64.b64decode(k).decode(errors="replace") for k, _, _ in saved][:100],
+    }
+
+
+# --- probes ---------------------------------------------------------------------------------------------------
+
+
+class PingParams(_Url):
+    samples: int = Field(default=5, ge=1, le=1000)
+
+
+@probe("redis", "ping_latency", PingParams)
+def ping_latency(ctx: ActivityContext, p: PingParams) -> dict[str, float]:
+    """PING round trips: p50/mean/max in milliseconds."""
+    out = []
+    try:
+        with _client(p.url) as r:
+            for _ in range(p.samples):
+                t0 = time.perf_counter()
+                r.ping()
+                out.append((time.perf_counter() - t0) * 1000.0)
+    except redis.RedisError as exc:
+        raise _err("PING", exc) from None
+    return {"p50_ms": statistics.median(out), "mean_ms": statistics.fmean(out), "max_ms": max(out)}
+
+
+@probe("redis", "connected_clients", _Url)
+def connected_clients(ctx: ActivityContext, p: _Url) -> int:
+    """INFO clients -> connected_clients (includes the probe's own connection)."""
+    try:
+        with _client(p.url) as r:
+            return int(r.info("clients")["connected_clients"])
+    except redis.RedisError as exc:
+        raise _err("INFO", exc) from None
+
+
+class InfoParams(_Url):
+    section: str = Field(default="default")
+    field: str | None = Field(default=None, description="return only this field of the section")
+
+
+@probe("redis", "info", InfoParams)
+def info(ctx: ActivityContext, p: InfoParams) -> Any:
+    """INFO <section> (or one field of it)."""
+    try:
+        with _client(p.url) as r:
+            data = r.info(p.section)
+    except redis.RedisError as exc:
+        raise _err("INFO", exc) from None
+    if p.field is None:
+        return data
+    if p.field not in data:
+        raise DriverError(f"field: INFO {p.section} has no field {p.field!r}")
+    return data[p.field]
+
+
+class AvailableParams(_Url):
+    timeout_seconds: float = Field(default=2, gt=0, le=60)
+
+
+@probe("redis", "is_available", AvailableParams)
+def is_available(ctx: ActivityContext, p: AvailableParams) -> bool:
+    """True when PING answers within ``timeout_seconds``."""
+    try:
+        with redis.Redis.from_url(
+            p.url, socket_timeout=p.timeout_seconds, socket_connect_timeout=p.timeout_seconds
+        ) as r:
+            return bool(r.ping())
+    except (redis.RedisError, OSError):
+        return False

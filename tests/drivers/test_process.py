@@ -1,0 +1,143 @@
+"""Process faults against real child processes; every revert checked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def sleepers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+    """Four `sleep` processes whose command line carries a unique token."""
+    token = f"fp{uuid.uuid4().hex[:8]}"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import time,sys; time.sleep(60)", token]) for _ in range(4)
+    ]
+    yield token, procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(5)
+
+
+def _status(pid: int) -> str:
+    try:
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
+def _wait_for(pred, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+async def test_kill_count_kills_exactly_that_many_and_rollback_restarts(sleepers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    token, procs = sleepers
+    marker = tmp_path / "restarted"
+    ctx = ActivityContext(run_id="p1")
+    out = await get_activity("process", "kill").invoke(
+        ctx, {"cmdline_pattern": token, "count": 1, "restart_command": ["touch", str(marker)]}
+    )
+    assert len(out["processes"]) == 1
+    assert _wait_for(lambda: sum(p.poll() is not None for p in procs) == 1)
+    assert not marker.exists()
+    assert [err for _, err in await ctx.revert_all()] == [None]
+    assert _wait_for(marker.exists)
+
+
+async def test_terminate_percentage_is_rounded_up_and_seeded(sleepers) -> None:  # type: ignore[no-untyped-def]
+    token, procs = sleepers
+    import random
+
+    ctx = ActivityContext(run_id="p2", rng=random.Random(3))
+    out = await get_activity("process", "terminate").invoke(ctx, {"cmdline_pattern": token, "percentage": 40})
+    assert len(out["processes"]) == 2  # ceil(4 * 0.4)
+    assert _wait_for(lambda: sum(p.poll() is not None for p in procs) == 2)
+    count = await get_activity("process", "count").invoke(ctx, {"cmdline_pattern": token})
+    assert count == 2
+
+
+async def test_suspend_stops_and_rollback_resumes(sleepers) -> None:  # type: ignore[no-untyped-def]
+    _token, procs = sleepers
+    ctx = ActivityContext(run_id="p3")
+    out = await get_activity("process", "suspend").invoke(ctx, {"pid": procs[0].pid})
+    assert out["suspended"] == [procs[0].pid]
+    assert _wait_for(lambda: _status(procs[0].pid) == psutil.STATUS_STOPPED)
+    assert _status(procs[1].pid) != psutil.STATUS_STOPPED
+    await ctx.revert_all()
+    assert _wait_for(lambda: _status(procs[0].pid) != psutil.STATUS_STOPPED)
+
+
+async def test_suspend_with_duration_resumes_by_itself(sleepers) -> None:  # type: ignore[no-untyped-def]
+    token, procs = sleepers
+    ctx = ActivityContext(run_id="p4")
+    out = await get_activity("process", "suspend").invoke(
+        ctx, {"cmdline_pattern": token, "count": 2, "duration_seconds": 0.2}
+    )
+    assert len(out["suspended"]) == 2
+    assert all(_status(p.pid) != psutil.STATUS_STOPPED for p in procs)
+    assert ctx.reverts == []
+
+
+async def test_stress_cpu_burns_cpu_and_rollback_stops_it() -> None:
+    ctx = ActivityContext(run_id="p5")
+    out = await get_activity("process", "stress_cpu").invoke(
+        ctx, {"workers": 1, "duration_seconds": 30, "wait": False}
+    )
+    proc = psutil.Process(out["pids"][0])
+    assert proc.cpu_percent(interval=0.5) > 30
+    await ctx.revert_all()
+    assert _wait_for(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
+
+
+async def test_stress_cpu_with_wait_ends_after_duration() -> None:
+    ctx = ActivityContext(run_id="p6")
+    t0 = time.monotonic()
+    await get_activity("process", "stress_cpu").invoke(ctx, {"workers": 1, "duration_seconds": 0.3})
+    assert 0.3 <= time.monotonic() - t0 < 10
+    assert ctx.reverts == []
+
+
+async def test_stress_memory_holds_memory_until_rollback() -> None:
+    ctx = ActivityContext(run_id="p7")
+    out = await get_activity("process", "stress_memory").invoke(
+        ctx, {"megabytes": 64, "duration_seconds": 30, "wait": False}
+    )
+    proc = psutil.Process(out["pids"][0])
+    assert _wait_for(lambda: proc.memory_info().rss > 60 * 1024 * 1024, 10)
+    await ctx.revert_all()
+    assert _wait_for(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
+
+
+async def test_bad_selectors_are_refused_with_the_field_named() -> None:
+    ctx = ActivityContext()
+    kill = get_activity("process", "kill")
+    with pytest.raises(DriverError, match="at least one of name, pid, pids or cmdline_pattern"):
+        await kill.invoke(ctx, {})
+    with pytest.raises(DriverError, match="either count or percentage"):
+        await kill.invoke(ctx, {"name": "x", "count": 1, "percentage": 10})
+    with pytest.raises(DriverError, match="cmdline_pattern"):
+        await kill.invoke(ctx, {"cmdline_pattern": "("})
+    with pytest.raises(DriverError, match=r"arguments\.duration_seconds"):
+        await get_activity("process", "stress_cpu").invoke(ctx, {"duration_seconds": 99999})
+    # The controller itself is never a target.
+    with pytest.raises(DriverError, match="no process matches"):
+        await kill.invoke(ctx, {"pid": os.getpid()})
+    assert ctx.reverts == []
