@@ -1,0 +1,467 @@
+"""The Faultplane MCP server: every capability as a tool, each a thin call into a service function.
+
+No logic lives here: a tool validates nothing the service does not, turns the service's result into the tool's
+structured output and the service's errors into MCP tool errors (`isError`) whose text names the field and
+the fix. Blocking services (DuckDB, the registry file) run in worker threads so one slow query does not stall
+other requests.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from faultplane import __version__
+from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
+from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
+from faultplane.services.discover import DiscoverResult, discover
+from faultplane.services.faults import list_faults, manage_fault
+
+__all__ = ["ServerConfig", "build_server"]
+
+INSTRUCTIONS = """\
+Faultplane runs chaos experiments and injects real faults. Typical flow: chaos_discover (what drivers can do),
+chaos_list_experiments, chaos_validate_experiment, chaos_run_experiment (dry_run first), chaos_get_journal,
+chaos_status. chaos_inject_fault registers named faults that Python services see at
+faultplane.fault_point("<name>"). chaos_analyze runs read-only SQL over the store (tables runs, activities,
+journals, audit). chaos_abort stops running experiments and rolls them back."""
+
+
+@dataclass
+class ServerConfig:
+    """How one server process runs: where its state lives and the seed of its fault rolls."""
+
+    seed: int | None = None
+    store_path: Path | None = None
+    registry_path: Path | None = None
+    actor: str = "mcp"
+    # The text block of each result: TOON is compact for agents; structuredContent is always JSON.
+    text_format: Literal["toon", "json"] = "toon"
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Every inject draws its own seed from this generator and records it in the audit log, so a session
+        # started with the same --seed rolls the same outcomes, and any single roll can be replayed.
+        if self.seed is None:
+            self.seed = secrets.randbits(63)
+        self.rng = random.Random(self.seed)
+
+    def store(self) -> Any:
+        from faultplane.core.store import open_store
+
+        return open_store(self.store_path)
+
+    def registry(self) -> FaultRegistry:
+        return FaultRegistry(self.registry_path)
+
+    def render(self, model: BaseModel) -> CallToolResult:
+        """A tool result: the model as structured content, and as TOON (or JSON) text for the model."""
+        from faultplane.core.formats import dumps
+
+        data = model.model_dump(mode="json")
+        return CallToolResult(
+            content=[TextContent(type="text", text=dumps(data, self.text_format))],
+            structured_content=data,
+        )
+
+
+# ---- structured outputs -------------------------------------------------------------------------------------
+
+
+class InjectFaultOutput(BaseModel):
+    status: Literal["registered", "injected", "removed", "error"]
+    fault_name: str
+    fault_type: str | None = None
+    probability: float | None = None
+    was_triggered: bool | None = Field(default=None, description="inject only: the roll armed one occurrence")
+    existed: bool | None = Field(default=None, description="remove only: the fault was registered")
+    seed: int | None = Field(default=None, description="inject only: replays this roll")
+    error: str | None = Field(default=None, description="status=error: the field at fault and the fix")
+
+
+class RunExperimentOutput(BaseModel):
+    experiment_name: str
+    run_id: str
+    status: str = Field(description="completed|failed|deviated|aborted|interrupted|refused")
+    success: bool
+    steady_state_before: bool | None
+    steady_state_after: bool | None
+    duration_seconds: float
+    error: str | None = Field(description="rollback failures are appended after '; '")
+    started_at: str = Field(description="ISO 8601")
+    exit_code: int
+    verdict: str | None = None
+    dry_run: bool
+    journal_toon: str = Field(description="compact TOON journal; chaos_get_journal has the full one")
+
+
+class ActiveFaultOut(BaseModel):
+    name: str
+    fault_type: str
+    probability: float
+    duration_seconds: float | None = None
+    target: str | None = None
+    armed: int = 0
+
+
+class StatusOutput(BaseModel):
+    active_faults: list[ActiveFaultOut]
+    registered_experiments: list[str]
+    results: list[dict[str, Any]] | None = Field(default=None, description="recent runs (include_results)")
+    total_runs: int
+    success_rate: float | None = Field(description="share of finished, non-dry runs that succeeded")
+
+
+class ValidationIssueOut(BaseModel):
+    field: str
+    message: str
+    fix: str
+
+
+class ValidateOutput(BaseModel):
+    valid: bool
+    title: str | None = None
+    errors: list[ValidationIssueOut]
+
+
+class ExperimentOut(BaseModel):
+    name: str
+    path: str
+    title: str | None = None
+    tags: list[str] = []
+
+
+class ListExperimentsOutput(BaseModel):
+    experiments: list[ExperimentOut]
+
+
+class JournalOutput(BaseModel):
+    run_id: str
+    format: Literal["json", "toon"]
+    journal: str
+
+
+class AbortOutput(BaseModel):
+    aborted: list[str] = Field(description="run ids told to stop; each rolls back before it ends")
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+
+
+def _jsonable_row(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        out[k] = v.isoformat() if isinstance(v, datetime) else v
+    return out
+
+
+def _source(experiment_name: str | None, experiment: str | None) -> tuple[str, Any]:
+    """(display name, source for the services) from exactly one of the two arguments."""
+    if bool(experiment_name) == bool(experiment):
+        raise ToolError(
+            "experiment_name / experiment: pass exactly one; fix: give experiment_name (see "
+            "chaos_list_experiments) or experiment (the YAML, JSON or TOON text of an experiment)"
+        )
+    if experiment_name:
+        from faultplane.services.experiments import find_experiment
+
+        try:
+            return experiment_name, find_experiment(experiment_name)
+        except LookupError as exc:
+            raise ToolError(f"experiment_name: {exc}; fix: use one of the listed names") from None
+    text = str(experiment)
+    # A one-line document would be taken for an experiment name by the loader.
+    return "", text if "\n" in text else text + "\n"
+
+
+def _issues_text(issues: list[Any]) -> str:
+    return "; ".join(f"{i.field}: {i.message} (fix: {i.fix})" for i in issues)
+
+
+def _fault_error(fault_name: str, exc: Exception) -> CallToolResult:
+    out = InjectFaultOutput(status="error", fault_name=fault_name, error=str(exc))
+    return CallToolResult(
+        content=[TextContent(type="text", text=str(exc))],
+        structured_content=out.model_dump(mode="json"),
+        is_error=True,
+    )
+
+
+_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
+
+
+def build_server(config: ServerConfig | None = None) -> MCPServer:
+    """A server with every Faultplane tool, sharing `config` (seed, store, registry)."""
+    cfg = config or ServerConfig()
+    server = MCPServer("faultplane", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    @server.tool(annotations=_WRITE)
+    async def chaos_inject_fault(
+        fault_name: Annotated[
+            str, Field(description="name of the fault; fault points of this name apply it")
+        ],
+        action: Annotated[
+            str,
+            Field(
+                description="register (add or overwrite), inject (roll once; arm one occurrence), remove",
+                json_schema_extra={"enum": ["register", "inject", "remove"]},
+            ),
+        ],
+        fault_type: Annotated[
+            str | None,
+            Field(
+                description="required for register",
+                json_schema_extra={"enum": [*FAULT_TYPES, None]},
+            ),
+        ] = None,
+        probability: Annotated[
+            float,
+            Field(
+                description="chance (0.0-1.0) that a call through the fault point triggers it",
+                json_schema_extra={"minimum": 0.0, "maximum": 1.0},
+            ),
+        ] = 0.1,
+        duration_seconds: Annotated[
+            float | None,
+            Field(
+                description="latency/timeout: how long (default 1 s)",
+                json_schema_extra={"minimum": 0.0, "maximum": 3600.0},
+            ),
+        ] = None,
+        error_message: Annotated[str | None, Field(description="error/timeout: the raised message")] = None,
+    ) -> Annotated[CallToolResult, InjectFaultOutput]:
+        """Register, inject or remove a named fault. A registered fault takes effect at in-process fault
+        points of the same name (`faultplane.fault_point(name)`), triggering per call with its probability;
+        inject rolls the probability once (seeded) and, when triggered, fails the next call through the point.
+        register overwrites; remove is idempotent. Every call is written to the audit log."""
+        call_seed = cfg.rng.getrandbits(63) if action == "inject" else None
+
+        def work() -> Any:
+            return manage_fault(
+                fault_name,
+                action,
+                fault_type=fault_type,
+                probability=probability,
+                duration_seconds=duration_seconds,
+                error_message=error_message,
+                seed=call_seed,
+                actor=cfg.actor,
+                registry=cfg.registry(),
+                store=cfg.store(),
+            )
+
+        try:
+            result = await anyio.to_thread.run_sync(work)
+        except (FaultSpecError, UnknownFaultError) as exc:
+            return _fault_error(fault_name, exc)
+        return cfg.render(InjectFaultOutput(**result.model_dump()))
+
+    @server.tool(annotations=_WRITE)
+    async def chaos_run_experiment(
+        experiment_name: Annotated[
+            str | None, Field(description="a listed experiment (chaos_list_experiments)")
+        ] = None,
+        experiment: Annotated[
+            str | None, Field(description="or an inline experiment: YAML, JSON or TOON text")
+        ] = None,
+        dry_run: Annotated[bool, Field(description="walk every phase without touching the system")] = False,
+        variables: Annotated[
+            dict[str, Any] | None, Field(description="values for the experiment's configuration variables")
+        ] = None,
+    ) -> Annotated[CallToolResult, RunExperimentOutput]:
+        """Run an experiment through plan, baseline, inject, recover and analyse; rollbacks always run.
+        Returns the outcome, the run id and a compact TOON journal."""
+        from faultplane.core.formats import ExperimentError
+        from faultplane.services.experiments import journal_toon, run_experiment
+
+        name, source = _source(experiment_name, experiment)
+        store = cfg.store()
+        try:
+            result = await run_experiment(source, dry_run=dry_run, variables=variables, store=store)
+        except ExperimentError as exc:
+            raise ToolError(_issues_text(exc.issues)) from None
+        except ValueError as exc:  # policy/approval configuration problems: their messages name the fix
+            raise ToolError(str(exc)) from None
+        try:
+            toon = await anyio.to_thread.run_sync(journal_toon, result.run_id, store)
+        except LookupError:
+            toon = ""
+        return cfg.render(
+            RunExperimentOutput(
+                experiment_name=name or result.experiment_title,
+                run_id=result.run_id,
+                status=result.status,
+                success=result.success,
+                steady_state_before=result.steady_state_before,
+                steady_state_after=result.steady_state_after,
+                duration_seconds=result.duration_seconds,
+                error=result.error,
+                started_at=result.started_at.isoformat(),
+                exit_code=result.exit_code,
+                verdict=result.verdict,
+                dry_run=dry_run,
+                journal_toon=toon,
+            )
+        )
+
+    @server.tool(annotations=_READ)
+    async def chaos_status(
+        include_results: Annotated[bool, Field(description="also return recent runs")] = False,
+        experiment_name: Annotated[
+            str | None, Field(description="only runs of this experiment (name or title)")
+        ] = None,
+    ) -> Annotated[CallToolResult, StatusOutput]:
+        """Active faults, registered experiments, run count and success rate (and recent runs if asked)."""
+        from faultplane.services.experiments import list_experiments
+        from faultplane.services.runs import list_runs, run_stats
+
+        def work() -> StatusOutput:
+            experiments = list_experiments()
+            title = experiment_name
+            for info in experiments:
+                if experiment_name and info.name == experiment_name and info.title:
+                    title = info.title
+            store = cfg.store()
+            stats = run_stats(store, experiment=title)
+            results = None
+            if include_results:
+                results = [_jsonable_row(r) for r in list_runs(store, experiment=title)]
+            return StatusOutput(
+                active_faults=[
+                    ActiveFaultOut(**f.model_dump(exclude={"error_message"}))
+                    for f in list_faults(cfg.registry())
+                ],
+                registered_experiments=[i.name for i in experiments],
+                results=results,
+                total_runs=int(stats["total_runs"]),
+                success_rate=stats["success_rate"],
+            )
+
+        return cfg.render(await anyio.to_thread.run_sync(work))
+
+    @server.tool(annotations=_READ)
+    async def chaos_discover(
+        driver: Annotated[str | None, Field(description="only this driver")] = None,
+    ) -> Annotated[CallToolResult, DiscoverResult]:
+        """Drivers with their actions and probes, each with the JSON schema of its arguments."""
+        try:
+            return cfg.render(await anyio.to_thread.run_sync(discover, driver))
+        except LookupError as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.tool(annotations=_READ)
+    async def chaos_validate_experiment(
+        experiment_name: Annotated[str | None, Field(description="a listed experiment")] = None,
+        experiment: Annotated[str | None, Field(description="or inline YAML, JSON or TOON text")] = None,
+    ) -> Annotated[CallToolResult, ValidateOutput]:
+        """Check an experiment's structure, values and policy without running anything."""
+        from faultplane.services.experiments import validate_experiment
+
+        _, source = _source(experiment_name, experiment)
+        try:
+            report = await anyio.to_thread.run_sync(validate_experiment, source)
+        except ValueError as exc:  # a broken policy file: its message names the fix
+            raise ToolError(str(exc)) from None
+        return cfg.render(
+            ValidateOutput(
+                valid=report.valid,
+                title=report.title,
+                errors=[
+                    ValidationIssueOut(field=e.field, message=e.message, fix=e.fix) for e in report.errors
+                ],
+            )
+        )
+
+    @server.tool(annotations=_READ)
+    async def chaos_list_experiments() -> Annotated[CallToolResult, ListExperimentsOutput]:
+        """Experiments found in $FAULTPLANE_EXPERIMENTS, ./experiments and the bundled examples."""
+        from faultplane.services.experiments import list_experiments
+
+        infos = await anyio.to_thread.run_sync(list_experiments)
+        return cfg.render(ListExperimentsOutput(experiments=[ExperimentOut(**i.model_dump()) for i in infos]))
+
+    @server.tool(annotations=_READ)
+    async def chaos_get_journal(
+        run_id: Annotated[str, Field(description="the run id (a unique prefix is enough)")],
+        format: Annotated[
+            str,
+            Field(description="json (full) or toon (compact)", json_schema_extra={"enum": ["json", "toon"]}),
+        ] = "json",
+    ) -> Annotated[CallToolResult, JournalOutput]:
+        """The journal of one run: phases, every activity with output and error, gates, verdict."""
+        from faultplane.services.runs import get_journal
+
+        if format not in ("json", "toon"):
+            raise ToolError(f"format: {format!r} is not a journal format; fix: use json or toon")
+        try:
+            fmt: Literal["json", "toon"] = "toon" if format == "toon" else "json"
+            text = await anyio.to_thread.run_sync(get_journal, run_id, fmt, cfg.store())
+        except LookupError as exc:
+            raise ToolError(f"run_id: {exc}") from None
+        return cfg.render(JournalOutput(run_id=run_id, format=fmt, journal=text))
+
+    @server.tool(annotations=_READ)
+    async def chaos_analyze(
+        sql: Annotated[str, Field(description="SQL over tables runs, activities, journals, audit")],
+        limit: Annotated[
+            int,
+            Field(description="maximum rows returned", json_schema_extra={"minimum": 1, "maximum": 10000}),
+        ] = DEFAULT_ROW_LIMIT,
+    ) -> Annotated[CallToolResult, QueryResult]:
+        """Read-only SQL over the evidence store. The database is opened read-only with file access
+        disabled, so writes, COPY, ATTACH and file reads fail."""
+        try:
+            return cfg.render(
+                await anyio.to_thread.run_sync(lambda: analyze(sql, store=cfg.store(), limit=limit))
+            )
+        except QueryError as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.tool(annotations=_WRITE)
+    async def chaos_abort(
+        run_id: Annotated[
+            str | None, Field(description="the run to stop; omit to stop every running one")
+        ] = None,
+    ) -> Annotated[CallToolResult, AbortOutput]:
+        """Stop running experiments; each one rolls back before it ends (status aborted)."""
+        from faultplane.services.runs import abort_runs
+
+        # In the event loop, not a worker thread: aborting a run of this process cancels its cancel scope,
+        # which is only safe from the loop that owns it.
+        aborted = abort_runs(run_id, cfg.store())
+        return cfg.render(AbortOutput(aborted=aborted))
+
+    from faultplane.mcp_server.tools_campaigns import register as register_campaigns
+
+    register_campaigns(server, cfg)
+    return server
+
+
+def record_start(cfg: ServerConfig, transport: str, details: dict[str, Any] | None = None) -> None:
+    """Audit the server's start with the seed it rolls faults with, so a session can be replayed."""
+    import json
+    from datetime import UTC
+
+    cfg.store().insert(
+        "audit",
+        [
+            {
+                "ts": datetime.now(UTC),
+                "actor": cfg.actor,
+                "action": "mcp.start",
+                "subject": transport,
+                "details": json.dumps({"seed": cfg.seed, **(details or {})}, sort_keys=True),
+            }
+        ],
+    )

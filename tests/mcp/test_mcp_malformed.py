@@ -1,0 +1,237 @@
+"""Malformed JSON-RPC: 200 property-generated messages over HTTP, each answered with a JSON-RPC error while the
+server keeps serving; garbage lines over stdio (which the SDK drops without a reply) don't stop it either."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp_helpers import HttpServer, ServerEnv, server_argv
+
+pytestmark = pytest.mark.anyio
+
+N_MESSAGES = 200
+JSONRPC_ERRORS = {-32700, -32600, -32601, -32602, -32020, -32022}
+ACCEPT = "application/json, text/event-stream"
+
+# ---- strategies: every message is malformed by construction --------------------------------------------
+
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+
+
+def _not_json(b: bytes) -> bool:
+    try:
+        json.loads(b)
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return False
+
+
+not_json = st.one_of(
+    st.binary(min_size=1, max_size=200),
+    st.text(min_size=1, max_size=200).map(str.encode),
+    st.sampled_from([b"{", b'{"jsonrpc": "2.0",', b"[{]", b"{'single': 'quotes'}", b"\xff\xfe\x00"]),
+).filter(_not_json)
+
+# valid JSON whose top level is not an object (arrays are JSON-RPC batches, which MCP dropped)
+not_object = json_values.filter(lambda v: not isinstance(v, dict)).map(lambda v: json.dumps(v).encode())
+
+DEFECTS = ("jsonrpc", "method", "id", "params", "empty")
+
+
+@st.composite
+def bad_envelope(draw: st.DrawFn) -> bytes:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": draw(st.integers(1, 10**6)), "method": "tools/list"}
+    defect = draw(st.sampled_from(DEFECTS))
+    if defect == "jsonrpc":
+        bad = draw(st.one_of(st.just(None), st.integers(), st.text(max_size=5).filter(lambda s: s != "2.0")))
+        if bad is None:
+            del msg["jsonrpc"]
+        else:
+            msg["jsonrpc"] = bad
+    elif defect == "method":
+        msg["method"] = draw(
+            st.one_of(
+                st.integers(),
+                st.lists(st.integers(), max_size=2),
+                st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                st.none(),
+            )
+        )
+    elif defect == "id":
+        msg["id"] = draw(
+            st.one_of(
+                st.lists(st.integers(), max_size=2),
+                st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                st.floats(0.1, 0.9),
+            )
+        )
+    elif defect == "params":
+        msg["params"] = draw(st.one_of(st.integers(), st.text(max_size=5), st.booleans()))
+    else:
+        msg = draw(st.dictionaries(st.sampled_from(["foo", "bar", "x"]), json_scalars, max_size=3))
+    extra = draw(st.dictionaries(st.sampled_from(["zz", "extra"]), json_scalars, max_size=1))
+    return json.dumps({**msg, **extra}).encode()
+
+
+malformed = st.one_of(not_json, not_object, bad_envelope())
+eras = st.sampled_from(["session", "modern", "no-session"])
+
+
+def _initialize(http: httpx.Client, url: str) -> str:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "fuzz", "version": "0"},
+        },
+    }
+    r = http.post(url, json=init, headers={"accept": ACCEPT})
+    assert r.status_code == 200
+    sid = r.headers["mcp-session-id"]
+    r = http.post(
+        url,
+        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        headers={"accept": ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"},
+    )
+    assert r.status_code == 202
+    return sid
+
+
+def _headers(era: str, sid: str) -> dict[str, str]:
+    h = {"content-type": "application/json", "accept": ACCEPT}
+    if era == "session":
+        h |= {"mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+    elif era == "modern":
+        h |= {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"}
+    return h
+
+
+def _assert_jsonrpc_error(r: httpx.Response, body: bytes) -> None:
+    assert 400 <= r.status_code < 500, (body, r.status_code, r.text)
+    payload = r.json()
+    assert payload["jsonrpc"] == "2.0" and "id" in payload, (body, payload)
+    assert payload["error"]["code"] in JSONRPC_ERRORS, (body, payload)
+    assert isinstance(payload["error"]["message"], str) and payload["error"]["message"]
+
+
+async def test_200_malformed_messages_get_jsonrpc_errors_and_server_keeps_serving(
+    http_server: HttpServer,
+) -> None:
+    url = http_server.url
+    seen: list[bytes] = []
+
+    def fuzz() -> None:
+        with httpx.Client(timeout=10) as http:
+            sid = _initialize(http, url)
+
+            @settings(
+                max_examples=N_MESSAGES,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(body=malformed, era=eras)
+            def one(body: bytes, era: str) -> None:
+                seen.append(body)
+                r = http.post(url, content=body, headers=_headers(era, sid))
+                _assert_jsonrpc_error(r, body)
+
+            one()
+            # the same session still works after all of it
+            r = http.post(
+                url, json={"jsonrpc": "2.0", "id": 99, "method": "ping"}, headers=_headers("session", sid)
+            )
+            assert r.status_code == 200 and '"id":99' in r.text.replace(" ", "")
+
+    with anyio.fail_after(110):
+        await anyio.to_thread.run_sync(fuzz)
+        assert len(seen) >= N_MESSAGES
+        async with http_server.client() as c:
+            r = await c.call_tool("chaos_status", {})
+            assert not r.is_error and r.structured_content is not None
+    assert http_server.proc.poll() is None
+
+
+async def test_stdio_garbage_lines_dont_stop_the_server(server_env: ServerEnv) -> None:
+    garbage = [
+        b"not json",
+        b"{",
+        b"[]",
+        b"[1,2,3]",
+        b"42",
+        b'{"jsonrpc":"1.0"}',
+        b'{"jsonrpc":"2.0","id":{}}',
+        b"\xff\xfe\xfd",
+        b"",
+        b'{"jsonrpc":"2.0","id":7,"method":5}',
+        b"null",
+        b"{}" * 1000,
+    ]
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "chaos_status", "arguments": {}},
+    }
+
+    import os
+
+    env = {**os.environ, **server_env.env}
+    with anyio.fail_after(60):
+        async with await anyio.open_process(server_argv(), env=env, stderr=subprocess.DEVNULL) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            buf = b""
+
+            async def reply(want_id: int) -> dict[str, Any]:
+                nonlocal buf
+                while True:
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        msg = json.loads(line)
+                        if msg.get("id") == want_id:
+                            return msg  # type: ignore[no-any-return]
+                    assert proc.stdout is not None
+                    buf += await proc.stdout.receive()
+
+            for g in garbage:
+                await proc.stdin.send(g + b"\n")
+            await proc.stdin.send(json.dumps(init).encode() + b"\n")
+            assert (await reply(1))["result"]["serverInfo"]["name"] == "faultplane"
+            await proc.stdin.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            for g in garbage:
+                await proc.stdin.send(g + b"\n")
+            await proc.stdin.send(json.dumps(call).encode() + b"\n")
+            result = (await reply(2))["result"]
+            assert result["isError"] is False and "active_faults" in result["structuredContent"]
+            await proc.stdin.aclose()
+            await proc.wait()
