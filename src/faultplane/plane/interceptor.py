@@ -1,0 +1,200 @@
+"""What both proxies do with each frame, independent of the transport that carried it.
+
+A proxy hands every client→server frame to `on_client_frame` and every server→client frame to
+`on_server_frame`, and gets back what to do: forward (maybe after a delay), answer it ourselves, swallow it,
+replace it, send it twice, hold it. The interceptor pairs requests with responses, asks the fault engine,
+records faults and calls, and owns the fail-safe rule: if our own logic raises, the original frame passes
+unchanged and the error is logged; in strict mode the exchange fails closed with a JSON-RPC error instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from faultplane.plane.faults import Decision, FaultEngine, error_reply, request_id_key, task_of, tool_of
+from faultplane.plane.metrics import CallRecord, outcome_of
+from faultplane.plane.plan import FaultPlan
+from faultplane.plane.recorder import Recorder
+
+__all__ = ["PASS", "ClientAction", "Interceptor", "ServerAction"]
+
+log = logging.getLogger("faultplane.plane")
+
+STRICT_ERROR_CODE = -32603
+
+
+@dataclass(slots=True)
+class ClientAction:
+    forward: bool = True
+    delay_s: float = 0.0
+    reply: bytes | None = None  # an answer to send back to the client instead of forwarding
+
+
+@dataclass(slots=True)
+class ServerAction:
+    # Frames to deliver, in order; None stands for the original frame's bytes, untouched.
+    frames: list[bytes | None] = field(default_factory=lambda: [None])
+    hold_s: float | None = None
+
+
+PASS = ClientAction()
+_PASS_SERVER = ServerAction()
+_SWALLOW = ServerAction(frames=[])
+
+
+@dataclass(slots=True)
+class _Pending:
+    rid: str
+    t0: float
+    method: str
+    tool: str | None
+    task: str | None
+    decision: Decision | None
+
+
+def _strict_message(exc: Exception) -> str:
+    return f"faultplane proxy internal error (strict mode): {exc}"
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    """Compact JSON, the way MCP SDKs frame messages."""
+    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Interceptor:
+    def __init__(self, plan: FaultPlan, *, strict: bool = False, recorder: Recorder | None = None) -> None:
+        self.engine = FaultEngine(plan)
+        self.strict = strict
+        self.recorder = recorder
+        self._pending: dict[str, _Pending] = {}
+        self.internal_errors = 0
+
+    # --- client -> server ---------------------------------------------------------------------------------
+
+    def on_client_frame(self, raw: bytes | str, scope: str = "") -> ClientAction:
+        """`scope` keeps apart equal JSON-RPC ids from different exchanges (HTTP sessions reuse ids)."""
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            return PASS  # not ours to judge; the server decides what to do with garbage
+        if not isinstance(msg, dict):
+            return PASS
+        method = msg.get("method")
+        if not isinstance(method, str):
+            return PASS
+        if "id" not in msg:
+            if method == "notifications/cancelled":
+                self._client_gave_up(msg, scope)
+            return PASS
+        rid = request_id_key(msg["id"])
+        key = scope + rid
+        try:
+            decision = self.engine.on_request(msg)
+        except Exception as exc:
+            return self._client_side_failure(msg, key, rid, exc)
+        now = time.perf_counter()
+        if decision is None:
+            self._pending[key] = _Pending(rid, now, method, tool_of(msg), task_of(msg), None)
+            return PASS
+        if self.recorder:
+            self.recorder.faults(decision.events)
+        if decision.reply is not None:
+            self._record(
+                _Pending(rid, now, method, decision.tool, task_of(msg), decision),
+                outcome_of(decision.reply),
+                decision.delay_s * 1000.0,
+            )
+            return ClientAction(forward=False, delay_s=decision.delay_s, reply=encode(decision.reply))
+        self._pending[key] = _Pending(rid, now, method, decision.tool, task_of(msg), decision)
+        return ClientAction(delay_s=decision.delay_s)
+
+    def _client_side_failure(self, msg: dict[str, Any], key: str, rid: str, exc: Exception) -> ClientAction:
+        self.internal_errors += 1
+        log.error("plane proxy: fault logic failed on request %s: %s", key, exc, exc_info=True)
+        if self.strict:
+            reply = error_reply(msg["id"], STRICT_ERROR_CODE, _strict_message(exc))
+            return ClientAction(forward=False, reply=encode(reply))
+        self._pending[key] = _Pending(
+            rid, time.perf_counter(), msg["method"], tool_of(msg), task_of(msg), None
+        )
+        return PASS
+
+    def _client_gave_up(self, msg: dict[str, Any], scope: str) -> None:
+        params = msg.get("params")
+        if isinstance(params, dict) and "requestId" in params:
+            self.abandon(scope + request_id_key(params["requestId"]))
+
+    def abandon(self, key: str, outcome: Any = "timeout") -> None:
+        """No answer will be paired with this request: the client gave up (timeout), or the transport
+        answered with something that is not a JSON-RPC response (an HTTP error: rpc_error)."""
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            self._record(pending, outcome, (time.perf_counter() - pending.t0) * 1000.0)
+
+    # --- server -> client ---------------------------------------------------------------------------------
+
+    def on_server_frame(self, raw: bytes | str, scope: str = "") -> ServerAction:
+        if not self._pending:
+            return _PASS_SERVER
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            return _PASS_SERVER
+        if not isinstance(msg, dict) or "method" in msg or "id" not in msg:
+            return _PASS_SERVER  # notifications and server->client requests are not faulted
+        pending = self._pending.pop(scope + request_id_key(msg["id"]), None)
+        if pending is None:
+            return _PASS_SERVER
+        elapsed_ms = (time.perf_counter() - pending.t0) * 1000.0
+        d = pending.decision
+        if d is None:
+            self._record(pending, outcome_of(msg), elapsed_ms)
+            return _PASS_SERVER
+        try:
+            if d.drop_response:
+                self._record(pending, "timeout", elapsed_ms)
+                return _SWALLOW
+            mutated = self.engine.on_response(msg, d)
+            frame = encode(mutated) if mutated is not None else None
+            self._record(pending, outcome_of(mutated or msg), elapsed_ms, corrupted=mutated is not None)
+            return ServerAction(frames=[frame, frame] if d.duplicate else [frame], hold_s=d.hold_s)
+        except Exception as exc:
+            self.internal_errors += 1
+            log.error("plane proxy: fault logic failed on response %s: %s", msg.get("id"), exc, exc_info=True)
+            if self.strict:
+                reply = error_reply(msg["id"], STRICT_ERROR_CODE, _strict_message(exc))
+                self._record(pending, "rpc_error", elapsed_ms)
+                return ServerAction(frames=[encode(reply)])
+            self._record(pending, outcome_of(msg), elapsed_ms)
+            return _PASS_SERVER
+
+    def has_pending(self, key: str | None = None) -> bool:
+        return bool(self._pending) if key is None else key in self._pending
+
+    def close(self) -> None:
+        """Requests never answered by the time the session ends."""
+        for pending in self._pending.values():
+            self._record(pending, "unanswered", (time.perf_counter() - pending.t0) * 1000.0)
+        self._pending.clear()
+
+    def _record(self, p: _Pending, outcome: Any, latency_ms: float, *, corrupted: bool = False) -> None:
+        if self.recorder is None:
+            return
+        faults = [e.fault_name for e in p.decision.events] if p.decision else []
+        self.recorder.call(
+            CallRecord(
+                ts=time.time(),
+                method=p.method,
+                tool=p.tool,
+                request_id=p.rid,
+                outcome=outcome,
+                latency_ms=latency_ms,
+                faults=faults,
+                corrupted=corrupted,
+                task_id=p.task,
+            )
+        )

@@ -1,0 +1,434 @@
+"""The streamable-HTTP driver: front an MCP server's `/mcp` endpoint, injecting faults per JSON-RPC exchange.
+
+It works at the HTTP/SSE frame level. Both protocol eras pass through: the legacy one (initialize,
+`Mcp-Session-Id`, a GET stream, DELETE) and the stateless 2026-07-28 one (`MCP-Protocol-Version`, `Mcp-Method`,
+`Mcp-Name` headers); the proxy never rewrites a request, so routing headers always agree with the body.
+JSON responses are relayed as the bytes received; SSE streams are relayed event by event, and an event is
+rebuilt only when a fault changes its data. GET streams and DELETE pass through untouched.
+
+Because the proxy forwards with its own Host, it checks Host and Origin itself (421 / 403, as the SDK does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import uvicorn
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from faultplane.plane.faults import request_id_key
+from faultplane.plane.interceptor import Interceptor
+from faultplane.plane.plan import FaultPlan, PlanError, load_plan
+from faultplane.plane.recorder import Recorder
+
+__all__ = ["ProxySettings", "create_app", "main", "serve_http_proxy"]
+
+log = logging.getLogger("faultplane.plane")
+
+_HOP_BY_HOP = {
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "accept-encoding",
+}
+_RESPONSE_DROP = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_LINE_SPLIT = re.compile(rb"\r\n|\n|\r")
+_FLUSH_EVERY_S = 1.0
+
+
+@dataclass
+class ProxySettings:
+    upstream: str
+    path: str = "/mcp"
+    strict: bool = False
+    allowed_hosts: list[str] = field(default_factory=list)
+    allowed_origins: list[str] = field(default_factory=list)
+    # How long a "timeout" fault keeps the client's connection open without answering.
+    timeout_hold_s: float = 300.0
+
+
+def _host_ok(host: str, allowed: list[str]) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if name in _LOOPBACK:
+        return True
+    return any(host == a or (a.endswith(":*") and name == a[:-2]) for a in allowed)
+
+
+def _origin_ok(origin: str, allowed: list[str]) -> bool:
+    if origin in allowed:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and (parts.hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
+def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in request.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP]
+
+
+def _response_headers(resp: httpx2.Response) -> dict[str, str]:
+    return {k: v for k, v in resp.headers.items() if k.lower() not in _RESPONSE_DROP}
+
+
+class _Relay:
+    """One proxy instance: the upstream client, the interceptor, and the reorder gate."""
+
+    def __init__(self, settings: ProxySettings, interceptor: Interceptor, recorder: Recorder | None) -> None:
+        self.settings = settings
+        self.interceptor = interceptor
+        self.recorder = recorder
+        self.client: httpx2.AsyncClient | None = None
+        self._exchanges = itertools.count()
+        self._delivered = anyio.Event()  # set (and replaced) each time a response goes out
+
+    def _tick(self) -> None:
+        self._delivered.set()
+        self._delivered = anyio.Event()
+
+    async def _hold(self, hold_s: float) -> None:
+        """A reorder: wait for some other response to go out first, or give up after hold_s."""
+        gate = self._delivered
+        with anyio.move_on_after(hold_s):
+            await gate.wait()
+
+    async def handle(self, request: Request) -> Response:
+        host = request.headers.get("host", "")
+        if not _host_ok(host, self.settings.allowed_hosts):
+            return JSONResponse({"error": "Invalid Host header"}, status_code=421)
+        origin = request.headers.get("origin")
+        if origin is not None and not _origin_ok(origin, self.settings.allowed_origins):
+            return JSONResponse({"error": "Invalid Origin header"}, status_code=403)
+        assert self.client is not None
+        body = await request.body() if request.method == "POST" else b""
+        scope = f"x{next(self._exchanges)}:"
+        key: str | None = None
+        if body and request.method == "POST":
+            action = self.interceptor.on_client_frame(body, scope)
+            key = self._key_of(body, scope)
+            if action.delay_s > 0:
+                await anyio.sleep(action.delay_s)
+            if not action.forward:
+                headers = {}
+                if sid := request.headers.get("mcp-session-id"):
+                    headers["mcp-session-id"] = sid
+                return Response(
+                    action.reply or b"",
+                    status_code=200,
+                    media_type="application/json",
+                    headers=headers,
+                    background=BackgroundTask(self._tick),
+                )
+        url = self.settings.upstream
+        if request.url.query:
+            url = f"{url}?{request.url.query}"
+        upstream_req = self.client.build_request(
+            request.method, url, headers=_forward_headers(request), content=body or None
+        )
+        try:
+            resp = await self.client.send(upstream_req, stream=True)
+        except httpx2.HTTPError as exc:
+            if key:
+                self.interceptor.abandon(key)
+            return JSONResponse({"error": f"upstream unreachable: {exc}"}, status_code=502)
+        headers = _response_headers(resp)
+        tracked = key is not None and self.interceptor.has_pending(key)
+        ctype = resp.headers.get("content-type", "")
+        if not tracked:
+            return StreamingResponse(self._raw(resp), status_code=resp.status_code, headers=headers)
+        assert key is not None
+        if ctype.startswith("text/event-stream"):
+            return StreamingResponse(
+                self._sse(resp, scope, key), status_code=resp.status_code, headers=headers
+            )
+        data = await resp.aread()
+        await resp.aclose()
+        answer = self.interceptor.on_server_frame(data, scope)
+        self.interceptor.abandon(key, "rpc_error")  # a no-op unless the body did not answer the request
+        if not answer.frames:
+            return StreamingResponse(self._never(), status_code=resp.status_code, headers=headers)
+        if answer.hold_s is not None:
+            await self._hold(answer.hold_s)
+        # One HTTP body carries one JSON message, so a duplicate fault has nothing to repeat here.
+        out = data if answer.frames[0] is None else answer.frames[0]
+        return Response(
+            out, status_code=resp.status_code, headers=headers, background=BackgroundTask(self._tick)
+        )
+
+    @staticmethod
+    def _key_of(body: bytes, scope: str) -> str | None:
+        try:
+            msg = json.loads(body)
+        except ValueError:
+            return None
+        if isinstance(msg, dict) and "method" in msg and "id" in msg:
+            return scope + request_id_key(msg["id"])
+        return None
+
+    async def _raw(self, resp: httpx2.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in resp.aiter_raw():
+                yield chunk
+        finally:
+            await resp.aclose()
+
+    async def _never(self) -> AsyncIterator[bytes]:
+        """A timeout fault: the headers went out, the answer never will (until the client hangs up)."""
+        await anyio.sleep(self.settings.timeout_hold_s)
+        return
+        yield b""  # pragma: no cover - makes this an async generator
+
+    async def _sse(self, resp: httpx2.Response, scope: str, key: str) -> AsyncIterator[bytes]:
+        buf = b""
+        swallowed = False
+        try:
+            async for chunk in resp.aiter_raw():
+                buf += chunk
+                while True:
+                    m = _EVENT_END.search(buf)
+                    if m is None:
+                        break
+                    block, buf = buf[: m.end()], buf[m.end() :]
+                    outs, dropped, answered = await self._event(block, m.group(), scope)
+                    swallowed |= dropped
+                    for out in outs:
+                        yield out
+                    if answered:
+                        self._tick()  # after the bytes went out, so a held response follows this one
+            if buf:
+                yield buf
+            if swallowed:
+                await anyio.sleep(self.settings.timeout_hold_s)
+        finally:
+            await resp.aclose()
+            self.interceptor.abandon(key)
+
+    async def _event(self, block: bytes, sep: bytes, scope: str) -> tuple[list[bytes], bool, bool]:
+        """The SSE event as it should go out, whether a timeout fault swallowed it, whether it answers."""
+        lines = _LINE_SPLIT.split(block[: -len(sep)])
+        data = [ln[5:].removeprefix(b" ") for ln in lines if ln.startswith(b"data:")]
+        if not data:
+            return [block], False, False
+        payload = b"\n".join(data)
+        action = self.interceptor.on_server_frame(payload, scope)
+        if not action.frames:
+            return [], True, False
+        if action.hold_s is not None:
+            await self._hold(action.hold_s)
+        out = []
+        eol = sep[: len(sep) // 2]
+        for frame in action.frames:
+            if frame is None:
+                out.append(block)
+            else:
+                kept = [ln for ln in lines if not ln.startswith(b"data:")]
+                out.append(eol.join([*kept, b"data: " + frame]) + sep)
+        return out, False, b'"result"' in payload or b'"error"' in payload
+
+
+def create_app(
+    settings: ProxySettings, plan: FaultPlan, *, recorder: Recorder | None = None
+) -> tuple[Starlette, Interceptor]:
+    interceptor = Interceptor(plan, strict=settings.strict, recorder=recorder)
+    relay = _Relay(settings, interceptor, recorder)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        timeout = httpx2.Timeout(30.0, read=None)
+        limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+        async with httpx2.AsyncClient(timeout=timeout, limits=limits) as client:
+            relay.client = client
+            async with anyio.create_task_group() as tg:
+                if recorder is not None:
+                    tg.start_soon(_flush_periodically, recorder)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+                    interceptor.close()
+                    if recorder is not None:
+                        with anyio.CancelScope(shield=True):
+                            await anyio.to_thread.run_sync(lambda: recorder.flush(final=True))
+
+    app = Starlette(
+        routes=[Route(settings.path, relay.handle, methods=["GET", "POST", "DELETE"])], lifespan=lifespan
+    )
+    return app, interceptor
+
+
+async def _flush_periodically(recorder: Recorder) -> None:
+    while True:
+        await anyio.sleep(_FLUSH_EVERY_S)
+        await anyio.to_thread.run_sync(recorder.flush)
+
+
+async def serve_http_proxy(
+    settings: ProxySettings,
+    plan: FaultPlan,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    recorder: Recorder | None = None,
+    ready: Any = None,
+) -> None:
+    """Serve until cancelled. `ready`, if given, is called with the bound port once listening."""
+    app, _ = create_app(settings, plan, recorder=recorder)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = _Server(config)
+
+    async def stop_on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                server.should_exit = True
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_on_signal)
+
+        async def run_server() -> None:
+            await server.serve()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(run_server)
+        with anyio.fail_after(30):
+            while not server.started:
+                await anyio.sleep(0.01)
+        bound = server.servers[0].sockets[0].getsockname()[1]
+        if ready is not None:
+            ready(bound)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server minus its signal handling: uvicorn re-raises SIGTERM after shutting down, and the
+    proxy wants to finish on its own terms (records flushed, exit status 0)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m faultplane.plane.proxy_http --upstream URL [--port N] [--plan P] [--strict]`"""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="faultplane-plane-proxy-http")
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--plan", type=Path, default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--path", default="/mcp")
+    parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--session", default=None)
+    parser.add_argument("--store", default=None)
+    parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--allow-host", action="append", default=[])
+    parser.add_argument("--allow-origin", action="append", default=[])
+    args = parser.parse_args(argv)
+    return serve(
+        upstream=args.upstream,
+        plan_path=args.plan,
+        host=args.host,
+        port=args.port,
+        path=args.path,
+        strict=args.strict,
+        session_id=args.session,
+        store=args.store,
+        record=not args.no_record,
+        allowed_hosts=args.allow_host,
+        allowed_origins=args.allow_origin,
+    )
+
+
+def serve(
+    *,
+    upstream: str,
+    plan_path: str | Path | None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    path: str = "/mcp",
+    strict: bool = False,
+    session_id: str | None = None,
+    store: str | None = None,
+    record: bool = True,
+    allowed_hosts: list[str] | None = None,
+    allowed_origins: list[str] | None = None,
+) -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="faultplane-plane: %(message)s")
+    try:
+        plan = load_plan(plan_path)
+    except PlanError as exc:
+        print(f"faultplane plane proxy: {exc}", file=sys.stderr)
+        return 2
+    parts = urlsplit(upstream)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        print(
+            f"faultplane plane proxy http: --upstream must be an http(s) URL, got {upstream!r}",
+            file=sys.stderr,
+        )
+        return 2
+    settings = ProxySettings(
+        upstream=upstream,
+        path=path,
+        strict=strict,
+        allowed_hosts=allowed_hosts or [],
+        allowed_origins=allowed_origins or [],
+    )
+    recorder = Recorder(
+        session_id=session_id,
+        driver="http",
+        target=upstream,
+        plan=plan,
+        strict=strict,
+        store_path=store,
+        enabled=record,
+    )
+
+    def ready(bound: int) -> None:
+        print(
+            f"faultplane plane proxy: listening on http://{host}:{bound}{path} -> {upstream} "
+            f"(session {recorder.session_id})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(
+            lambda: serve_http_proxy(settings, plan, host=host, port=port, recorder=recorder, ready=ready)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""Where the plane writes what it did: sessions, injected fault events and per-call records, in the store.
+
+The proxies sit on the hot path of every tool call, and a store write opens a DuckDB file, so records are
+buffered in memory and flushed in batches from a worker thread (periodically, and once at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from faultplane.plane.faults import FaultEvent
+from faultplane.plane.metrics import CallRecord
+
+if TYPE_CHECKING:
+    from faultplane.core.store import Store
+    from faultplane.plane.plan import FaultPlan
+
+__all__ = ["PLANE_MIGRATIONS", "Recorder", "load_session", "new_session_id", "plane_store"]
+
+log = logging.getLogger("faultplane.plane")
+
+PLANE_MIGRATIONS: list[tuple[str, list[str]]] = [
+    (
+        "plane-001",
+        [
+            """CREATE TABLE IF NOT EXISTS plane_sessions (
+                session_id VARCHAR PRIMARY KEY,
+                driver VARCHAR,
+                target VARCHAR,
+                seed BIGINT,
+                plan_digest VARCHAR,
+                plan VARCHAR,
+                strict BOOLEAN,
+                started_at TIMESTAMPTZ,
+                ended_at TIMESTAMPTZ
+            )""",
+            """CREATE TABLE IF NOT EXISTS plane_fault_events (
+                session_id VARCHAR,
+                ts TIMESTAMPTZ,
+                fault_type VARCHAR,
+                fault_name VARCHAR,
+                method VARCHAR,
+                tool VARCHAR,
+                request_id VARCHAR,
+                seed BIGINT,
+                detail VARCHAR
+            )""",
+            """CREATE TABLE IF NOT EXISTS plane_calls (
+                session_id VARCHAR,
+                ts TIMESTAMPTZ,
+                method VARCHAR,
+                tool VARCHAR,
+                request_id VARCHAR,
+                task_id VARCHAR,
+                outcome VARCHAR,
+                latency_ms DOUBLE,
+                faults VARCHAR,
+                corrupted BOOLEAN,
+                available BOOLEAN,
+                correct BOOLEAN
+            )""",
+        ],
+    )
+]
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def plane_store(path: str | os.PathLike[str] | None = None) -> Store:
+    from faultplane.core.store import Store
+
+    store = Store(path)
+    store.ensure_schema("plane", PLANE_MIGRATIONS)
+    return store
+
+
+def _ts(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=UTC)
+
+
+class Recorder:
+    """Buffers fault events and call records for one proxy session; thread-safe appends."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str | None = None,
+        driver: str,
+        target: str,
+        plan: FaultPlan,
+        strict: bool = False,
+        store_path: str | os.PathLike[str] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.session_id = session_id or new_session_id()
+        self.driver = driver
+        self.target = target
+        self.plan = plan
+        self.strict = strict
+        self.store_path = Path(store_path) if store_path else None
+        self.enabled = enabled
+        self._events: list[FaultEvent] = []
+        self._calls: list[CallRecord] = []
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._started = time.time()
+        self._session_written = False
+        self.fault_count = 0
+        self.call_count = 0
+
+    def faults(self, events: list[FaultEvent]) -> None:
+        with self._lock:
+            self._events.extend(events)
+            self.fault_count += len(events)
+
+    def call(self, record: CallRecord) -> None:
+        with self._lock:
+            self._calls.append(record)
+            self.call_count += 1
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write what is buffered, from a worker thread. Never raises: a lost record beats a dead proxy."""
+        if not self.enabled:
+            return
+        with self._flush_lock:
+            with self._lock:
+                events, self._events = self._events, []
+                calls, self._calls = self._calls, []
+            if not (events or calls or final or not self._session_written):
+                return
+            try:
+                store = plane_store(self.store_path)
+                if not self._session_written:
+                    # A session id given again (a restarted proxy) appends to the same session.
+                    store.execute(
+                        "INSERT INTO plane_sessions (session_id, driver, target, seed, plan_digest, plan, strict, "
+                        "started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+                        [
+                            self.session_id,
+                            self.driver,
+                            self.target,
+                            self.plan.seed,
+                            self.plan.digest(),
+                            self.plan.model_dump_json(),
+                            self.strict,
+                            _ts(self._started),
+                        ],
+                    )
+                    self._session_written = True
+                store.insert(
+                    "plane_fault_events",
+                    [
+                        {
+                            "session_id": self.session_id,
+                            "ts": _ts(e.ts),
+                            "fault_type": e.fault_type,
+                            "fault_name": e.fault_name,
+                            "method": e.method,
+                            "tool": e.tool,
+                            "request_id": e.request_id,
+                            "seed": e.seed,
+                            "detail": e.detail,
+                        }
+                        for e in events
+                    ],
+                )
+                rows = []
+                for c in calls:
+                    row = c.as_row()
+                    row["ts"] = _ts(c.ts)
+                    row["session_id"] = self.session_id
+                    rows.append(row)
+                store.insert("plane_calls", rows)
+                if final:
+                    store.execute(
+                        "UPDATE plane_sessions SET ended_at = ? WHERE session_id = ?",
+                        [_ts(time.time()), self.session_id],
+                    )
+            except Exception:
+                log.exception("plane recorder: could not write %d events, %d calls", len(events), len(calls))
+
+
+def load_session(
+    store: Store, session_id: str | None = None
+) -> tuple[dict[str, Any], list[CallRecord], int] | None:
+    """The session row (latest when no id), its call records and its fault-event count."""
+    if session_id:
+        rows = store.query("SELECT * FROM plane_sessions WHERE session_id = ?", [session_id])
+    else:
+        rows = store.query("SELECT * FROM plane_sessions ORDER BY started_at DESC LIMIT 1")
+    if not rows:
+        return None
+    session = rows[0]
+    sid = session["session_id"]
+    calls = [
+        CallRecord(
+            ts=r["ts"].timestamp(),
+            method=r["method"],
+            tool=r["tool"],
+            request_id=r["request_id"],
+            outcome=r["outcome"],
+            latency_ms=r["latency_ms"],
+            faults=[f for f in (r["faults"] or "").split(",") if f],
+            corrupted=bool(r["corrupted"]),
+            task_id=r["task_id"],
+        )
+        for r in store.query("SELECT * FROM plane_calls WHERE session_id = ? ORDER BY ts", [sid])
+    ]
+    n_events = store.query("SELECT count(*) AS n FROM plane_fault_events WHERE session_id = ?", [sid])[0]["n"]
+    session["plan"] = json.loads(session["plan"]) if session.get("plan") else None
+    return session, calls, int(n_events)

@@ -1,0 +1,83 @@
+"""Helpers for the plane tests: subprocess environments, plan files, port waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp import StdioServerParameters
+
+HERE = Path(__file__).parent
+SERVER = str(HERE / "fixture_server.py")
+PY = sys.executable
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """What the proxy subprocess needs: the isolated store (set per test by the root conftest) and PATH."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("FAULTPLANE_", "XDG_"))}
+    env["PATH"] = os.environ.get("PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.update(extra)
+    return env
+
+
+def write_plan(tmp_path: Path, plan: dict[str, Any], name: str = "plan.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def stdio_proxy_params(
+    plan: Path | None,
+    *,
+    strict: bool = False,
+    server: list[str] | None = None,
+    session: str = "s1",
+    **env: str,
+) -> StdioServerParameters:
+    args = ["-m", "faultplane.plane.proxy_stdio", "--session", session]
+    if plan is not None:
+        args += ["--plan", str(plan)]
+    if strict:
+        args.append("--strict")
+    args += ["--", *(server or [PY, SERVER])]
+    return StdioServerParameters(command=PY, args=args, env=child_env(**env))
+
+
+def direct_params() -> StdioServerParameters:
+    return StdioServerParameters(command=PY, args=[SERVER], env=child_env())
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {port} after {timeout}s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

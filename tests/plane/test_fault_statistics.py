@@ -1,0 +1,271 @@
+"""Every fault type, as a client observes it through each proxy, at the configured probability.
+
+One seeded plan scopes each fault type to its own tool of the fixture server, at probability P. A raw
+client (line-level on stdio, HTTP+SSE on the HTTP proxy) calls every tool N times and classifies what it saw.
+The calls it saw faulted must be exactly the ones the seeded engine predicts, and their count must be within
+binomial bounds of N*P.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+import pytest
+from planehelp import PY, SERVER, child_env, write_plan
+
+from faultplane.plane.faults import FaultEngine
+from faultplane.plane.plan import parse_plan
+
+pytestmark = pytest.mark.anyio
+
+P = 0.3
+N = 24
+SLOW_MS = 60
+PLAN = {
+    "seed": 1234,
+    "faults": [
+        {"type": "error_injection", "rate": P, "tools": ["add"]},
+        {"type": "latency", "added_ms": SLOW_MS, "probability": P, "tools": ["echo"]},
+        {"type": "timeout", "probability": P, "tools": ["stamp"]},
+        {"type": "schema_drift", "probability": P, "tools": ["weather"], "rename": {"temp_c": "temperature"}},
+        {"type": "partial_result", "probability": P, "tools": ["catalog"]},
+        {
+            "type": "registry_inconsistency",
+            "mode": "listed_but_broken",
+            "probability": P,
+            "tools": ["lookup"],
+        },
+        {"type": "registry_inconsistency", "mode": "missing_from_list", "probability": P, "tools": ["ghost"]},
+        {"type": "cold_tool", "added_ms": SLOW_MS, "idle_ms": 0, "probability": P, "tools": ["noop"]},
+        {"type": "duplicate_response", "probability": P, "tools": ["ident"]},
+        {"type": "reorder", "probability": P, "max_hold_ms": 4000, "tools": ["upper"]},
+    ],
+}
+# fault label -> (method, tool, arguments)
+CASES: dict[str, tuple[str, str | None, dict[str, Any]]] = {
+    "error_injection": ("tools/call", "add", {"a": 1, "b": 2}),
+    "latency": ("tools/call", "echo", {"text": "hi"}),
+    "timeout": ("tools/call", "stamp", {}),
+    "schema_drift": ("tools/call", "weather", {"city": "Oslo"}),
+    "partial_result": ("tools/call", "catalog", {"n": 6}),
+    "listed_but_broken": ("tools/call", "lookup", {"key": "k"}),
+    "missing_from_list": ("tools/list", None, {}),
+    "cold_tool": ("tools/call", "noop", {}),
+    "duplicate_response": ("tools/call", "ident", {"n": 7}),
+    "reorder": ("tools/call", "upper", {"text": "a"}),
+}
+
+
+def predicted() -> dict[str, list[int]]:
+    engine = FaultEngine(parse_plan(PLAN))
+    out: dict[str, list[int]] = {}
+    for label, (method, tool, _) in CASES.items():
+        hits = []
+        for i in range(N):
+            params = {"name": tool} if tool else {}
+            d = engine.on_request({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+            if d is not None and any(e.detail == label or e.fault_type == label for e in d.events):
+                hits.append(i)
+        out[label] = hits
+    return out
+
+
+class Wire:
+    """Responses by request id, in arrival order, whatever the transport."""
+
+    ordered = False  # whether all responses share one ordered channel
+
+    def __init__(self) -> None:
+        self.seen: dict[Any, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        self.arrivals = itertools.count()
+        self.events: dict[Any, anyio.Event] = defaultdict(anyio.Event)
+        self.ids = itertools.count(1)
+
+    def arrived(self, msg: dict[str, Any]) -> None:
+        if "id" in msg and "method" not in msg:
+            self.seen[msg["id"]].append((next(self.arrivals), msg))
+            self.events[msg["id"]].set()
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def request(self, method: str, params: dict[str, Any], wait: float) -> tuple[Any, float]:
+        rid = next(self.ids)
+        t0 = time.perf_counter()
+        await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        with anyio.move_on_after(wait):
+            await self.events[rid].wait()
+        return rid, time.perf_counter() - t0
+
+
+class StdioWire(Wire):
+    ordered = True
+
+    def __init__(self, proc: anyio.abc.Process) -> None:
+        super().__init__()
+        self.proc = proc
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send(json.dumps(msg).encode() + b"\n")
+
+    async def read_forever(self) -> None:
+        assert self.proc.stdout is not None
+        buf = b""
+        async for chunk in self.proc.stdout:
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    self.arrived(json.loads(line))
+
+
+class HttpWire(Wire):
+    def __init__(self, http: httpx2.AsyncClient, url: str, headers: dict[str, str], tg: anyio.abc.TaskGroup):
+        super().__init__()
+        self.http, self.url, self.headers, self.tg = http, url, headers, tg
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        self.tg.start_soon(self._post, msg)
+
+    async def _post(self, msg: dict[str, Any]) -> None:
+        async with self.http.stream("POST", self.url, json=msg, headers=self.headers) as r:
+            buf = b""
+            async for chunk in r.aiter_bytes():
+                buf += chunk.replace(b"\r\n", b"\n")
+                *events, buf = buf.split(b"\n\n")
+                for event in events:
+                    for line in event.split(b"\n"):
+                        if line.startswith(b"data:") and line[5:].strip():
+                            self.arrived(json.loads(line[5:]))
+            if buf.strip() and r.headers.get("content-type", "").startswith("application/json"):
+                self.arrived(json.loads(buf))
+
+
+def first(wire: Wire, rid: Any) -> dict[str, Any] | None:
+    return wire.seen[rid][0][1] if wire.seen[rid] else None
+
+
+async def observe(wire: Wire) -> dict[str, list[int]]:
+    """Call every case N times and classify what came back."""
+    hits: dict[str, list[int]] = defaultdict(list)
+    for label, (method, tool, args) in CASES.items():
+        for i in range(N):
+            params = {"name": tool, "arguments": args} if tool else {}
+            wait = {"timeout": 0.3, "reorder": 0.2}.get(label, 10.0)
+            rid, elapsed = await wire.request(method, params, wait)
+            msg = first(wire, rid)
+            if label == "reorder":
+                if msg is None:  # held: released only by the next response going out
+                    mark = next(wire.arrivals)
+                    ping, _ = await wire.request("ping", {}, 10.0)
+                    with anyio.fail_after(10):
+                        await wire.events[rid].wait()
+                    held_at = wire.seen[rid][0][0]
+                    # One pipe keeps order; two HTTP connections only promise "after the ping went out".
+                    assert held_at > (wire.seen[ping][0][0] if wire.ordered else mark)
+                    hits[label].append(i)
+                continue
+            if label == "timeout":
+                if msg is None:
+                    hits[label].append(i)
+                continue
+            assert msg is not None, (label, i)
+            result = msg.get("result") or {}
+            sc = result.get("structuredContent") or {}
+            hit = {
+                "error_injection": msg.get("error", {}).get("code") == -32603,
+                "latency": elapsed >= SLOW_MS / 1000,
+                "cold_tool": elapsed >= SLOW_MS / 1000,
+                "schema_drift": "temperature" in sc and "temp_c" not in sc,
+                "partial_result": len(sc.get("items", [])) < sc.get("total", 0),
+                "listed_but_broken": msg.get("error", {}).get("code") == -32602,
+                "missing_from_list": "ghost" not in {t["name"] for t in result.get("tools", [])},
+                "duplicate_response": False,
+            }[label]
+            if hit:
+                hits[label].append(i)
+        if label == "duplicate_response":
+            ping, _ = await wire.request("ping", {}, 10.0)  # a barrier: earlier duplicates are in by now
+            ids = sorted(r for r in wire.seen if r != ping)[-N:]
+            hits[label] = [i for i, r in enumerate(ids) if len(wire.seen[r]) == 2]
+    return hits
+
+
+def check(observed: dict[str, list[int]]) -> None:
+    expected = predicted()
+    sd = math.sqrt(N * P * (1 - P))
+    for label in CASES:
+        want = expected[label]
+        got = observed.get(label, [])
+        if label in ("latency", "cold_tool"):
+            # a slow machine can make an unfaulted call slow too; a faulted one is never fast
+            assert set(want) <= set(got), label
+        else:
+            assert got == want, label
+        assert abs(len(want) - N * P) <= 4.5 * sd + 1, label
+        assert want, label
+
+
+async def test_every_fault_type_through_the_stdio_proxy(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, PLAN)
+    cmd = [PY, "-m", "faultplane.plane.proxy_stdio", "--plan", str(plan), "--", PY, SERVER]
+    with anyio.fail_after(120):
+        async with await anyio.open_process(cmd, env=child_env(), stderr=subprocess.DEVNULL) as proc:
+            async with anyio.create_task_group() as tg:
+                wire = StdioWire(proc)
+                tg.start_soon(wire.read_forever)
+                init = {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                }
+                await wire.request("initialize", init, 30)
+                await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                observed = await observe(wire)
+                tg.cancel_scope.cancel()
+            assert proc.stdin is not None
+            await proc.stdin.aclose()
+    check(observed)
+
+
+async def test_every_fault_type_through_the_http_proxy(
+    http_upstream: Callable[..., str], http_proxy: Callable[..., str], tmp_path: Path
+) -> None:
+    proxy = http_proxy(http_upstream(), write_plan(tmp_path, PLAN))
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with anyio.fail_after(120):
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=None)) as http:
+            init = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            }
+            r = await http.post(
+                proxy,
+                json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+                headers=headers,
+            )
+            headers = {
+                **headers,
+                "mcp-session-id": r.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-11-25",
+            }
+            await http.post(
+                proxy, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+            )
+            async with anyio.create_task_group() as tg:
+                observed = await observe(HttpWire(http, proxy, headers, tg))
+                tg.cancel_scope.cancel()  # the timed-out exchanges are still open: that is the fault
+    check(observed)
