@@ -1,0 +1,86 @@
+"""`faultplane compliance`: the requirement catalog and the coverage report (HTML, Markdown, JSON)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from faultplane.cli.gameday import emit
+
+app = typer.Typer(
+    help="Compliance evidence: which framework requirements your experiments cover.", no_args_is_help=True
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+@app.command()
+def requirements(
+    framework: Annotated[
+        list[str] | None, typer.Option("--framework", "-f", help="only these frameworks")
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
+) -> None:
+    """The requirements an experiment can be tagged with (tags: [DORA-25] or compliance:DORA-25)."""
+    from faultplane.services.compliance import ComplianceError, load_catalog
+
+    try:
+        cat = load_catalog()
+        wanted = [cat.framework(f) for f in framework or []]
+        if any(w is None for w in wanted):
+            raise ComplianceError(
+                f"--framework: unknown framework; fix: use {', '.join(f.id for f in cat.frameworks)}"
+            )
+    except ComplianceError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    chosen = [w for w in wanted if w is not None] or cat.frameworks
+    if emit({"frameworks": [f.model_dump() for f in chosen]}, output):
+        return
+    table = Table("id", "framework", "reference", "title", "every", "RTO")
+    for fw in chosen:
+        for r in fw.requirements:
+            table.add_row(r.id, fw.id, r.reference, r.title, f"{r.frequency_days}d", "yes" if r.rto else "")
+    console.print(table)
+
+
+@app.command()
+def report(
+    out: Annotated[
+        Path | None, typer.Option("--out", help="write here; the format follows .html, .md or .json")
+    ] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="html | markdown | json (default: by --out)")
+    ] = None,
+    framework: Annotated[list[str] | None, typer.Option("--framework", "-f", help="limit the scope")] = None,
+    rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
+    store: Annotated[Path | None, typer.Option("--store", help="DuckDB store file")] = None,
+) -> None:
+    """Coverage from the evidence store: requirements with evidence, gaps, testing frequency, RTO met."""
+    from faultplane.core.store import Store
+    from faultplane.services.compliance import ComplianceError, coverage_report, render_markdown, write_report
+
+    if fmt not in (None, "html", "markdown", "json"):
+        err_console.print(f"[red]--format: {fmt!r} is not a format[/]; fix: use html, markdown or json")
+        raise typer.Exit(2)
+    try:
+        rep = coverage_report(Store(store), frameworks=framework or None, rto_seconds=rto)
+        if out is not None:
+            path = write_report(rep, out, fmt)  # type: ignore[arg-type]
+            console.print(f"wrote {path} — coverage {rep.coverage:.0%}, {len(rep.gaps)} gap(s)")
+            return
+    except ComplianceError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    if fmt == "json":
+        typer.echo(rep.model_dump_json(indent=2))
+    elif fmt == "html":
+        from faultplane.services.compliance import render_html
+
+        typer.echo(render_html(rep))
+    else:
+        typer.echo(render_markdown(rep))

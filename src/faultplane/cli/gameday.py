@@ -1,0 +1,176 @@
+"""`faultplane gameday`: run a GameDay file, analyse a stored one. Logic lives in faultplane.services.gameday."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from faultplane.core.formats import ExperimentError, dumps
+
+app = typer.Typer(
+    help="GameDays: campaigns of experiments in lanes, under shared load, scored.", no_args_is_help=True
+)
+console = Console()
+err_console = Console(stderr=True)
+
+VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value for every experiment")]
+VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables")]
+StoreOpt = Annotated[
+    Path | None, typer.Option("--store", help="DuckDB store file (default: $FAULTPLANE_STORE)")
+]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json | toon")]
+
+
+def variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
+    from faultplane.core.config import load_var_file, parse_var
+
+    values: dict[str, Any] = load_var_file(var_file) if var_file else {}
+    for item in var or []:
+        k, v = parse_var(item)
+        values[k] = v
+    return values
+
+
+def print_issues(exc: ExperimentError, what: str = "invalid input") -> None:
+    err_console.print(f"[bold red]{what}[/] — {len(exc.issues)} problem(s):")
+    for issue in exc.issues:
+        err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")
+
+
+def emit(data: Any, output: str) -> bool:
+    """Print `data` as json/toon and return True, or return False for the text rendering."""
+    if output not in ("text", "json", "toon"):
+        err_console.print(f"[red]--output: {output!r} is not a format[/]; fix: use text, json or toon")
+        raise typer.Exit(2)
+    if output == "text":
+        return False
+    payload = data.model_dump(mode="json") if hasattr(data, "model_dump") else data
+    typer.echo(json.dumps(payload, indent=2, default=str) if output == "json" else dumps(payload, "toon"))
+    return True
+
+
+def _store(path: Path | None) -> Any:
+    from faultplane.core.store import Store
+
+    return Store(path)
+
+
+def _print_analysis(a: Any) -> None:
+    score = f"{a.score:.1f}" if a.score is not None else "n/a"
+    console.print(f"[bold]{a.name}[/] ({a.gameday_id}) — score [bold]{score}[/] grade [bold]{a.grade}[/]")
+    comps = ", ".join(f"{k} {v:.0%}" if v is not None else f"{k} n/a" for k, v in a.components.items())
+    console.print(f"components: {comps}; passed {a.passed}/{a.planned}")
+    table = Table("lane[#]", "experiment", "recover s", "load err", "p99 ms")
+    table.add_column("status", no_wrap=True)
+    for r in a.runs:
+        table.add_row(
+            f"{r.lane}[{r.position}]",
+            Path(r.experiment).name,
+            f"{r.time_to_recover_s:.2f}" if r.time_to_recover_s is not None else "",
+            f"{r.load_error_rate:.2%}" if r.load_error_rate is not None else "",
+            f"{r.load_p99_ms:.0f}" if r.load_p99_ms is not None else "",
+            r.status,
+        )
+    console.print(table)
+    if a.baseline:
+        console.print(
+            f"baseline: error rate {a.baseline.get('error_rate') or 0:.2%}, "
+            f"p99 {a.baseline.get('latency_p99') or 0:.0f} ms"
+        )
+    if a.compliance:
+        console.print(
+            f"compliance ({', '.join(a.compliance['frameworks'])}): {a.compliance['coverage']:.0%} covered; "
+            f"gaps: {', '.join(a.compliance['gaps']) or 'none'}"
+        )
+    for f in a.findings:
+        console.print(f"  • {f}")
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="GameDay YAML/JSON file")],
+    var: VarOpt = None,
+    var_file: VarFileOpt = None,
+    policy: Annotated[Path | None, typer.Option("--policy", help="policy file")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="walk every run without touching anything")
+    ] = False,
+    store: StoreOpt = None,
+    output: OutputOpt = "text",
+) -> None:
+    """Run every lane of a GameDay; exit 0 when every planned run passed, 1 otherwise, 2 on bad input."""
+    from faultplane.services.gameday import run_gameday
+
+    if not file.is_file():
+        err_console.print(f"[red]file: {file} does not exist[/]; fix: pass a GameDay YAML file")
+        raise typer.Exit(2)
+    quiet = output != "text"
+
+    def progress(r: Any) -> None:
+        if not quiet:
+            console.print(f"  {r.lane}[{r.position}] {Path(r.experiment).name}: {r.status}")
+
+    try:
+        values = variables(var, var_file)
+        analysis = anyio.run(
+            lambda: run_gameday(
+                file,
+                variables=values,
+                store=_store(store),
+                policy_path=policy,
+                dry_run=dry_run,
+                on_run=progress,
+            )
+        )
+    except ExperimentError as exc:
+        print_issues(exc, "invalid GameDay")
+        raise typer.Exit(2) from None
+    if not emit(analysis, output):
+        _print_analysis(analysis)
+    raise typer.Exit(0 if analysis.passed == analysis.planned else 1)
+
+
+@app.command()
+def analyze(
+    gameday: Annotated[
+        str | None, typer.Argument(help="GameDay id, id prefix or name (default: newest)")
+    ] = None,
+    store: StoreOpt = None,
+    output: OutputOpt = "text",
+) -> None:
+    """Score a stored GameDay again and list its findings and compliance coverage."""
+    from faultplane.services.gameday import analyze_gameday
+
+    try:
+        analysis = analyze_gameday(gameday, _store(store))
+    except LookupError as exc:
+        err_console.print(f"[red]gameday: {exc}[/]")
+        raise typer.Exit(2) from None
+    if not emit(analysis, output):
+        _print_analysis(analysis)
+
+
+@app.command("list")
+def list_(store: StoreOpt = None, output: OutputOpt = "text") -> None:
+    """GameDays recorded in the store, newest first."""
+    from faultplane.services.gameday import list_gamedays
+
+    rows = list_gamedays(_store(store))
+    if emit({"gamedays": rows}, output):
+        return
+    table = Table("id", "name", "started", "score", "grade")
+    for r in rows:
+        table.add_row(
+            r["gameday_id"],
+            r["name"],
+            str(r["started_at"])[:19],
+            f"{r['score']:.1f}" if r["score"] is not None else "",
+            r["grade"] or "",
+        )
+    console.print(table)

@@ -1,0 +1,173 @@
+"""`faultplane guard`: the agent hook, approvals, policy checks. Logic lives in faultplane.services.guard."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    help="Guardrails: check an experiment against the policy, approve it, and gate a coding agent's tool calls.",
+    no_args_is_help=True,
+)
+policy_app = typer.Typer(help="The guardrail policy in force.", no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
+
+VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value; overrides configuration")]
+VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables")]
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option("--policy", help="policy file (default: faultplane.policy.yaml, $FAULTPLANE_POLICY)"),
+]
+StoreOpt = Annotated[
+    Path | None, typer.Option("--store", help="DuckDB store file (default: $FAULTPLANE_STORE)")
+]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json")]
+
+
+def _variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
+    from faultplane.core.config import load_var_file, parse_var
+
+    values: dict[str, Any] = load_var_file(var_file) if var_file else {}
+    for item in var or []:
+        k, v = parse_var(item)
+        values[k] = v
+    return values
+
+
+def _store(path: Path | None) -> Any:
+    from faultplane.core.store import Store
+
+    return Store(path)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(message, err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def hook() -> None:
+    """PreToolUse hook for coding agents: reads the hook JSON on stdin; exit 2 (reason on stderr) blocks."""
+    try:
+        text = sys.stdin.read()
+        try:
+            payload = json.loads(text)
+        except json.JSONDecodeError as exc:
+            _fail(f"faultplane guard hook: stdin is not the hook's JSON ({exc}); blocking to be safe")
+        from faultplane.services.guard import judge_tool_call
+
+        verdict = judge_tool_call(payload)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # exit 1 would let the tool call through: any failure here must block
+        _fail(f"faultplane guard hook failed ({exc.__class__.__name__}: {exc}); blocking to be safe")
+        return
+    if not verdict.allow:
+        _fail(verdict.reason)
+
+
+@app.command()
+def approve(
+    experiment: Annotated[str, typer.Argument(help="experiment file (or listed name) to approve")],
+    var: VarOpt = None,
+    var_file: VarFileOpt = None,
+    approver: Annotated[str | None, typer.Option("--approver", help="who approves (default: $USER)")] = None,
+    reason: Annotated[str, typer.Option("--reason", help="why this is acceptable")] = "",
+    ttl_hours: Annotated[
+        float | None, typer.Option("--ttl-hours", help="validity (default: the policy's approval.ttl_hours)")
+    ] = None,
+    policy: PolicyOpt = None,
+    store: StoreOpt = None,
+    output: OutputOpt = "text",
+) -> None:
+    """Approve exactly this version of an experiment. Any later change to it needs a new approval."""
+    from faultplane.core.formats import ExperimentError
+    from faultplane.core.policy import PolicyError
+    from faultplane.services.guard import approve_experiment, check_experiment
+
+    try:
+        variables = _variables(var, var_file)
+        st = _store(store)
+        granted = approve_experiment(
+            experiment,
+            variables=variables,
+            approver=approver,
+            reason=reason,
+            ttl_hours=ttl_hours,
+            policy_path=policy,
+            store=st,
+        )
+        decision = check_experiment(experiment, variables=variables, policy_path=policy, store=st)
+    except (ExperimentError, PolicyError, LookupError, ValueError) as exc:
+        _fail(f"cannot approve: {exc}")
+        return
+    if output == "json":
+        typer.echo(json.dumps({**granted.to_dict(), "decision": decision.to_dict()}, indent=2))
+        return
+    typer.echo(f"approved {granted.family} (content hash {granted.content_hash[:12]}…) by {granted.approver}")
+    typer.echo(f"token: {granted.token}")
+    remaining = [v for v in decision.violations if v.rule != "approval.required"]
+    if remaining:
+        typer.echo("note: the policy still refuses this experiment for other reasons:")
+        for v in remaining:
+            typer.echo(f"  - [{v.rule}] {v.field}: {v.message}")
+
+
+@app.command()
+def check(
+    experiment: Annotated[str, typer.Argument(help="experiment file (or listed name)")],
+    var: VarOpt = None,
+    var_file: VarFileOpt = None,
+    policy: PolicyOpt = None,
+    store: StoreOpt = None,
+    approval: Annotated[str | None, typer.Option("--approval", envvar="FAULTPLANE_APPROVAL")] = None,
+    output: OutputOpt = "text",
+) -> None:
+    """Would the policy let this experiment run now? Exit 0 allowed, 3 refused, 2 unreadable."""
+    from faultplane.core.formats import ExperimentError
+    from faultplane.core.policy import PolicyError
+    from faultplane.services.guard import check_experiment
+
+    try:
+        decision = check_experiment(
+            experiment,
+            variables=_variables(var, var_file),
+            policy_path=policy,
+            store=_store(store),
+            approval_token=approval,
+        )
+    except (ExperimentError, PolicyError, LookupError, ValueError) as exc:
+        _fail(f"cannot check: {exc}")
+        return
+    if output == "json":
+        typer.echo(json.dumps(decision.to_dict(), indent=2))
+    else:
+        typer.echo(decision.summary())
+    if not decision.allowed:
+        raise typer.Exit(3)
+
+
+@policy_app.command("show")
+def policy_show(
+    policy: PolicyOpt = None, output: Annotated[str, typer.Option("--output", "-o")] = "yaml"
+) -> None:
+    """Print the policy in force and where it comes from."""
+    import yaml
+
+    from faultplane.core.policy import PolicyError
+    from faultplane.services.guard import show_policy
+
+    try:
+        shown = show_policy(policy)
+    except PolicyError as exc:
+        _fail(str(exc))
+        return
+    if output == "json":
+        typer.echo(json.dumps(shown, indent=2))
+    else:
+        typer.echo(f"# source: {shown.pop('source')}")
+        typer.echo(yaml.safe_dump(shown, sort_keys=False).rstrip())

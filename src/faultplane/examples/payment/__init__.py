@@ -1,0 +1,34 @@
+"""The payment retry-storm example: connection-pool exhaustion -> unbounded retries -> the caller's own outbound
+rate limiter refusing its retries -> a self-inflicted denial of service; and the fix that survives it.
+
+Two real HTTP services run as subprocesses on loopback (`payment_system()` starts and stops them):
+`payment-service` (two instances, each with a resizable database connection pool: PostgreSQL when a DSN is given,
+else an embedded pool with the same semantics) and `caller` (retries, an outbound rate limiter). Four bundled
+experiments shrink the pools step by step under a constant load; `python -m faultplane.examples.payment` runs
+them, then the fourth again with the fix, and prints what each run measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from faultplane.examples.payment.system import PaymentSystem, payment_system
+
+__all__ = ["EXPERIMENTS", "FIX_VARIABLES", "HERE", "PaymentSystem", "payment_system"]
+
+HERE = Path(__file__).resolve().parent
+EXPERIMENTS = [
+    HERE / "payment-1-pool-30pct-one-instance.yaml",
+    HERE / "payment-2-pool-50pct-default-retries.yaml",
+    HERE / "payment-3-pool-70pct-short-timeouts.yaml",
+    HERE / "payment-4-pool-90pct-unbounded-retries.yaml",
+]
+# The fix, applied to experiment 4 as variables: retries capped at 2 with jittered exponential backoff, and the
+# limiter as a circuit breaker on retries (a token bucket that stops retries instead of refusing payments).
+FIX_VARIABLES: dict[str, object] = {
+    "retries": 2,
+    "backoff_ms": 100,
+    "backoff_multiplier": 2,
+    "jitter": True,
+    "limiter_mode": "breaker",
+}

@@ -1,0 +1,107 @@
+"""What both payment services share: a quiet threaded JSON HTTP server and small statistics helpers."""
+
+from __future__ import annotations
+
+import json
+import math
+import select
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["CURRENT", "JsonHandler", "percentile", "serve"]
+
+Route = Callable[[Any], tuple[int, Any]]
+# the handler serving this thread's request, for routes that look at the connection (has the client left?)
+CURRENT = threading.local()
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered), max(1, math.ceil(q / 100 * len(ordered)))) - 1]
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Routes `(method, path)` to `routes[...](body) -> (status, json)`; one write per response."""
+
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in one segment; with Nagle on, a small second write waits for the peer's
+    # delayed ACK (40 ms) and would dominate every latency this example measures.
+    disable_nagle_algorithm = True
+    routes: dict[tuple[str, str], Route] = {}
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _dispatch(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        path = self.path.split("?", 1)[0]
+        route = self.routes.get((method, path))
+        if route is None:
+            status, body = 404, {"error": f"no route {method} {path}"}
+        else:
+            try:
+                payload = json.loads(raw) if raw else {}
+            except json.JSONDecodeError:
+                status, body = 400, {"error": "the body must be JSON"}
+            else:
+                try:
+                    CURRENT.handler = self
+                    status, body = route(payload)
+                except ValueError as exc:
+                    status, body = 400, {"error": str(exc)}
+        data = json.dumps(body).encode()
+        head = (
+            f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        ).encode()
+        if self.peer_gone():
+            # the client gave up (its timeout); the work was done anyway, which is the point of this example
+            self.close_connection = True
+            self.answer_lost(path)
+            return
+        try:
+            self.wfile.write(head + data)
+        except OSError:
+            self.close_connection = True
+            self.answer_lost(path)
+
+    def peer_gone(self) -> bool:
+        """True when the client has closed its end (a read would return EOF)."""
+        try:
+            ready, _, _ = select.select([self.connection], [], [], 0)
+            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def answer_lost(self, path: str) -> None:
+        """Called when the client had gone before its answer was written."""
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # bursts of retries must queue in the kernel, not be refused
+
+
+def serve(handler: type[JsonHandler], port: int, name: str) -> None:
+    server = _Server(("127.0.0.1", port), handler)
+    print(f"{name} listening on {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        sys.stdout.flush()

@@ -1,0 +1,146 @@
+"""Reading the evidence out of a journal: the time axis, the fault window, gates, load and service counters.
+
+Everything here works on the journal as a plain mapping (`Journal.model_dump(mode="json")` or the stored JSON)
+and tolerates missing parts: a dry run, a run without load or an interrupted run still yields what there is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from faultplane.core.gates import parse_predicate
+
+__all__ = ["Evidence", "GateLine", "evidence", "to_epoch"]
+
+
+def to_epoch(value: Any) -> float | None:
+    """Seconds since the epoch from an ISO timestamp, a datetime or a number; None when unreadable."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass
+class GateLine:
+    name: str
+    sli: str
+    predicate: str
+    threshold: float
+    op: str
+    window_s: float
+
+
+@dataclass
+class Evidence:
+    """The parts of one journal a report draws on; times are seconds relative to `origin` (epoch)."""
+
+    origin: float
+    phases: dict[str, float] = field(default_factory=dict)
+    fault_start: float | None = None
+    fault_end: float | None = None
+    series: list[dict[str, Any]] = field(default_factory=list)  # load rows with `x` (relative seconds)
+    gates: list[GateLine] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)  # gate samples with `x`
+    breach: dict[str, Any] | None = None
+    breach_x: float | None = None
+    actions: list[tuple[float, str, str]] = field(default_factory=list)  # (x, section, name)
+    load: dict[str, Any] | None = None
+    caller: dict[str, Any] | None = None  # retry/limiter counters found in activity outputs
+    pools: list[dict[str, Any]] = field(default_factory=list)  # connection pool counters found in outputs
+
+
+def _outputs(journal: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    for section in ("run", "rollbacks"):
+        for r in journal.get(section) or []:
+            yield section, str((r.get("activity") or {}).get("name", "")), r.get("output")
+
+
+def _dicts(value: Any, depth: int = 0) -> Iterator[dict[str, Any]]:
+    """Every mapping inside an activity output (an http provider's body, a stats block inside it, ...)."""
+    if depth > 4:
+        return
+    if isinstance(value, dict):
+        yield value
+        for v in value.values():
+            yield from _dicts(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value[:50]:
+            yield from _dicts(v, depth + 1)
+
+
+def evidence(journal: Mapping[str, Any]) -> Evidence:
+    load = journal.get("load") or None
+    start = to_epoch(journal.get("start"))
+    origin = to_epoch(load.get("t0")) if load else None
+    origin = origin if origin is not None else (start if start is not None else 0.0)
+    ev = Evidence(origin=origin, load=load)
+
+    for p in journal.get("phases") or []:
+        at = to_epoch(p.get("at"))
+        if at is not None and p.get("phase") not in ev.phases:
+            ev.phases[str(p.get("phase"))] = at - origin
+    ev.fault_start = ev.phases.get("inject")
+    ev.fault_end = ev.phases.get("recover")
+    if ev.fault_start is not None and ev.fault_end is None:
+        end = to_epoch(journal.get("end"))
+        ev.fault_end = (end - origin) if end is not None else None
+
+    if load:
+        for row in load.get("series") or []:
+            ev.series.append({**row, "x": float(row.get("t", 0)) + 0.5})  # a second's row sits mid-second
+
+    for g in (journal.get("experiment") or {}).get("slo_gates") or []:
+        try:
+            pred = parse_predicate(str(g.get("rollback_on", "")))
+        except ValueError:
+            continue
+        ev.gates.append(
+            GateLine(
+                name=str(g.get("name", "")),
+                sli=str(g.get("sli", pred.metric)),
+                predicate=str(g.get("rollback_on")),
+                threshold=pred.threshold,
+                op=pred.op,
+                window_s=pred.window_s,
+            )
+        )
+    gates = journal.get("gates") or {}
+    for s in gates.get("samples") or []:
+        ts = to_epoch(s.get("ts"))
+        if ts is not None:
+            ev.samples.append({**s, "x": ts - origin})
+    ev.breach = gates.get("breach") or None
+    if ev.breach:
+        ts = to_epoch(ev.breach.get("ts"))
+        ev.breach_x = ts - origin if ts is not None else None
+
+    for section in ("run", "rollbacks"):
+        for r in journal.get(section) or []:
+            at = to_epoch(r.get("end"))
+            if at is not None and (r.get("activity") or {}).get("type") == "action":
+                ev.actions.append((at - origin, section, str(r["activity"].get("name", ""))))
+
+    callers: list[dict[str, Any]] = []
+    pools: dict[str, list[dict[str, Any]]] = {"run": [], "rollbacks": []}
+    for section, _name, output in _outputs(journal):
+        for d in _dicts(output):
+            if "retry_amplification" in d and "attempts" in d:
+                callers.append(d)
+            elif isinstance(d.get("pool"), dict) and "size" in d["pool"] and "pool_timeouts" in d:
+                pools[section].append(d)
+    if callers:
+        # the reading that covers the most requests covers the whole fault window
+        ev.caller = max(callers, key=lambda d: d.get("requests") or 0)
+    # a rollback's reading was taken last, so it covers the whole fault window; probes are the fallback
+    ev.pools = pools["rollbacks"] or pools["run"]
+    return ev

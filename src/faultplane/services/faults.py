@@ -1,0 +1,195 @@
+"""Service: register, inject and remove named faults, with every call written to the store's audit log.
+
+The CLI, the MCP tool `chaos_inject_fault` and any other surface call `manage_fault`; the registry itself
+lives in `faultplane.core.faults`. Injection is reproducible: each inject rolls a fresh generator seeded
+with a per-call seed (given by the caller or drawn here) and the seed is recorded in the audit entry.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from faultplane.core.faults import (
+    FAULT_TYPES,
+    FaultRegistry,
+    FaultSpec,
+    FaultSpecError,
+    UnknownFaultError,
+)
+
+__all__ = ["ActiveFault", "FaultInputError", "FaultResult", "list_faults", "manage_fault"]
+
+FaultAction = Literal["register", "inject", "remove"]
+_ACTIONS = ("register", "inject", "remove")
+
+FaultInputError = FaultSpecError  # bad input: message is "field: problem; fix: ..."
+
+
+class FaultResult(BaseModel):
+    """The outcome of one register/inject/remove call."""
+
+    status: Literal["registered", "injected", "removed", "error"]
+    fault_name: str
+    fault_type: str | None = Field(default=None, description="the fault's type (None when it is unknown)")
+    probability: float | None = None
+    was_triggered: bool | None = Field(
+        default=None, description="inject: whether the roll armed an occurrence"
+    )
+    existed: bool | None = Field(default=None, description="remove: whether the fault was registered")
+    seed: int | None = Field(default=None, description="inject: the seed of the roll (reproduces it)")
+    error: str | None = Field(default=None, description="status=error: what is wrong and how to fix it")
+
+
+class ActiveFault(BaseModel):
+    name: str
+    fault_type: str
+    probability: float
+    duration_seconds: float | None = None
+    error_message: str | None = None
+    target: str | None = None
+    armed: int = Field(default=0, description="injected occurrences not yet applied")
+
+
+def list_faults(registry: FaultRegistry | None = None) -> list[ActiveFault]:
+    """The registered faults, by name."""
+    reg = registry or FaultRegistry()
+    state = reg.load()
+    return [
+        ActiveFault(**spec.to_dict(), armed=state.armed.get(name, 0))
+        for name, spec in sorted(state.faults.items())
+    ]
+
+
+def _audit(store: Any, actor: str, action: str, subject: str, details: dict[str, Any]) -> None:
+    if store is None:
+        from faultplane.core.store import open_store
+
+        store = open_store()
+    store.insert(
+        "audit",
+        [
+            {
+                "ts": datetime.now(UTC),
+                "actor": actor,
+                "action": f"fault.{action}",
+                "subject": subject,
+                "details": json.dumps(details, sort_keys=True, default=str),
+            }
+        ],
+    )
+
+
+def _check_probability(probability: Any) -> None:
+    if probability is None:
+        return
+    if isinstance(probability, bool) or not isinstance(probability, int | float) or not 0 <= probability <= 1:
+        raise FaultInputError(
+            "probability", f"{probability!r} is outside 0.0-1.0", "pass a number from 0.0 to 1.0"
+        )
+
+
+def _apply(
+    reg: FaultRegistry,
+    fault_name: str,
+    action: str,
+    fault_type: str | None,
+    probability: float | None,
+    duration_seconds: float | None,
+    error_message: str | None,
+    target: str | None,
+    seed: int | None,
+) -> FaultResult:
+    if not isinstance(fault_name, str) or not fault_name.strip():
+        raise FaultInputError("fault_name", "is required and must be a non-empty string", "name the fault")
+    if action not in _ACTIONS:
+        raise FaultInputError("action", f"{action!r} is not an action", "use one of register, inject, remove")
+    _check_probability(probability)
+    if action == "register":
+        if not fault_type:
+            raise FaultInputError(
+                "fault_type", "is required for action=register", f"pass one of {', '.join(FAULT_TYPES)}"
+            )
+        spec = reg.register(
+            FaultSpec(
+                fault_name,
+                fault_type,
+                0.1 if probability is None else probability,
+                duration_seconds,
+                error_message,
+                target,
+            )
+        )
+        return FaultResult(
+            status="registered",
+            fault_name=fault_name,
+            fault_type=spec.fault_type,
+            probability=spec.probability,
+        )
+    if action == "inject":
+        existing = reg.get(fault_name)
+        if existing is None:
+            raise UnknownFaultError(fault_name, [s.name for s in reg.active()])
+        seed = secrets.randbits(63) if seed is None else seed
+        triggered = reg.inject(fault_name, random.Random(seed))
+        return FaultResult(
+            status="injected",
+            fault_name=fault_name,
+            fault_type=existing.fault_type,
+            probability=existing.probability,
+            was_triggered=triggered,
+            seed=seed,
+        )
+    existing = reg.get(fault_name)
+    existed = reg.remove(fault_name)
+    return FaultResult(
+        status="removed",
+        fault_name=fault_name,
+        fault_type=existing.fault_type if existing else None,
+        probability=existing.probability if existing else None,
+        existed=existed,
+    )
+
+
+def manage_fault(
+    fault_name: str,
+    action: str,
+    *,
+    fault_type: str | None = None,
+    probability: float | None = None,
+    duration_seconds: float | None = None,
+    error_message: str | None = None,
+    target: str | None = None,
+    seed: int | None = None,
+    actor: str = "api",
+    registry: FaultRegistry | None = None,
+    store: Any = None,
+) -> FaultResult:
+    """Register (overwrites), inject (rolls the probability once, seeded) or remove (idempotent) a fault.
+
+    Raises `FaultInputError` (field, problem, fix) for bad input and `UnknownFaultError` when injecting a
+    fault that is not registered. Every call, failed or not, is written to the store's audit table.
+    """
+    reg = registry or FaultRegistry()
+    details: dict[str, Any] = {
+        "fault_type": fault_type,
+        "probability": probability,
+        "duration_seconds": duration_seconds,
+        "error_message": error_message,
+        "target": target,
+        "registry": str(reg.path),
+    }
+    try:
+        result = _apply(
+            reg, fault_name, action, fault_type, probability, duration_seconds, error_message, target, seed
+        )
+    except (FaultSpecError, UnknownFaultError) as exc:
+        _audit(store, actor, str(action), str(fault_name), {**details, "status": "error", "error": str(exc)})
+        raise
+    _audit(store, actor, action, fault_name, {**details, **result.model_dump(exclude_none=True)})
+    return result

@@ -1,0 +1,186 @@
+"""The CLI commands and MCP tools call the same services: checked end to end on the demo service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from faultplane.cli import compliance as compliance_cli
+from faultplane.cli import design as design_cli
+from faultplane.cli import gameday as gameday_cli
+from faultplane.cli import search as search_cli
+
+
+def cli() -> typer.Typer:
+    # mounted the way the lead mounts them in faultplane.cli.main
+    app = typer.Typer()
+    app.add_typer(gameday_cli.app, name="gameday")
+    app.add_typer(compliance_cli.app, name="compliance")
+    design_cli.register(app)
+    search_cli.register(app)
+    return app
+
+
+runner = CliRunner()
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(cli(), list(args), catch_exceptions=False)
+
+
+def test_cli_design_writes_files_and_refuses_bad_input(tmp_path: Path) -> None:
+    r = invoke(
+        "design",
+        "--service",
+        "orders",
+        "--kind",
+        "http",
+        "--url",
+        "http://127.0.0.1:8080/orders",
+        "--fault-point",
+        "demo.db",
+        "--latency-p99-ms",
+        "500",
+        "--compliance",
+        "DORA-25",
+        "--out",
+        str(tmp_path),
+        "-o",
+        "json",
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert [d["slug"] for d in data["experiments"]][:2] == ["latency-half-slo", "latency-near-slo"]
+    assert len(list(tmp_path.glob("*.yaml"))) == len(data["experiments"])
+    assert "DORA-25" in yaml.safe_load(next(tmp_path.glob("00-*.yaml")).read_text())["tags"]
+    bad = runner.invoke(cli(), ["design", "--service", "orders", "--kind", "http"])
+    assert bad.exit_code == 2
+    assert "url" in bad.output and "fix:" in bad.output
+    assert "Traceback" not in bad.output
+
+
+def test_cli_gameday_run_analyze_and_compliance_report(
+    demo_url: str, experiments_dir: Path, tmp_path: Path
+) -> None:
+    r = invoke(
+        "gameday",
+        "run",
+        str(experiments_dir / "gameday-orders.yaml"),
+        "--var",
+        f"service_url={demo_url}",
+        "-o",
+        "json",
+    )
+    assert r.exit_code == 0, r.output
+    run = json.loads(r.output)
+    assert run["planned"] == run["passed"] == 4
+    r = invoke("gameday", "analyze", run["gameday_id"])
+    assert r.exit_code == 0 and "grade" in r.output and run["gameday_id"] in r.output
+    assert r.output.count("completed") == 4
+    r = invoke("gameday", "list", "-o", "toon")
+    assert r.exit_code == 0 and run["gameday_id"] in r.output
+    out = tmp_path / "coverage.html"
+    r = invoke("compliance", "report", "--framework", "DORA", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert "DORA-25" in out.read_text()
+    r = invoke("compliance", "report", "--framework", "DORA")
+    assert "| DORA-24 |" in r.output and "❌ gap" in r.output
+    r = invoke("compliance", "requirements", "-f", "SOC2")
+    assert r.exit_code == 0 and "SOC2-A1.3" in r.output
+    missing = runner.invoke(cli(), ["gameday", "run", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_cli_search_exit_codes(demo_url: str, experiments_dir: Path, tmp_path: Path) -> None:
+    spec = {
+        "experiment": "demo-db-latency.yaml",
+        "parameters": {"ms": {"type": "int", "low": 900, "high": 1400, "step": 10}},
+        "objective": {"source": "probe", "name": "orders-latency-under-fault", "bound": 1000},
+        "budget": 3,
+        "seed": 3,
+        "sampler": "random",
+    }
+    path = experiments_dir / "_cli-search.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    try:
+        r = invoke("search", str(path), "--var", f"service_url={demo_url}", "-o", "json")
+        assert r.exit_code in (0, 1), r.output
+        data = json.loads(r.output)
+        assert len(data["trials"]) == 3
+        assert (r.exit_code == 0) == data["found_breach"]
+        bad = runner.invoke(cli(), ["search", str(path), "--budget", "0"])
+        assert bad.exit_code == 2 and "budget" in bad.output
+    finally:
+        path.unlink()
+
+
+@pytest.mark.anyio
+async def test_mcp_tools(demo_url: str, experiments_dir: Path, tmp_path: Path) -> None:
+    from faultplane.mcp_server.server import ServerConfig, build_server
+    from faultplane.mcp_server.tools_campaigns import register
+    from mcp import Client
+
+    cfg = ServerConfig(seed=1, store_path=tmp_path / "mcp.duckdb")
+    server = build_server(cfg)
+    register(server, cfg)
+    async with Client(server) as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert {
+            "chaos_gameday_run",
+            "chaos_gameday_analyze",
+            "chaos_design_experiment",
+            "chaos_search",
+        } <= names
+
+        r = await c.call_tool(
+            "chaos_design_experiment",
+            {
+                "service": "cache",
+                "kind": "redis",
+                "url": "redis://127.0.0.1:6379/0",
+                "slo": {"latency_p99_ms": 50},
+            },
+        )
+        assert not r.is_error, r
+        design = r.structured_content
+        assert design["experiments"][0]["action"] == "redis.client_pause"
+        assert "slo_gates:" in design["experiments"][0]["experiment_yaml"]
+        assert design["held_back"][0]["action"] == "redis.exhaust_connections"
+        bad = await c.call_tool("chaos_design_experiment", {"service": "db", "kind": "postgres"})
+        assert bad.is_error and "dsn" in bad.content[0].text
+
+        gd = yaml.safe_load((experiments_dir / "gameday-orders.yaml").read_text())
+        gd["lanes"] = gd["lanes"][:1]
+        gd["lanes"][0]["experiments"] = [
+            {"experiment": str(experiments_dir / "demo-db-latency.yaml"), "variables": {"ms": 50}}
+        ]
+        gd["variables"]["service_url"] = demo_url
+        gd["baseline_s"] = 1
+        r = await c.call_tool("chaos_gameday_run", {"gameday": yaml.safe_dump(gd)})
+        assert not r.is_error, r
+        out = r.structured_content
+        assert out["planned"] == out["passed"] == 1 and out["score"] is not None
+        r = await c.call_tool("chaos_gameday_analyze", {})
+        assert r.structured_content["gameday_id"] == out["gameday_id"]
+        assert r.structured_content["score"] == out["score"]
+
+        spec = {
+            "experiment": str(experiments_dir / "demo-db-latency.yaml"),
+            "parameters": {"ms": {"type": "int", "low": 0, "high": 1500, "step": 10}},
+            "objective": {"source": "probe", "name": "orders-latency-under-fault", "bound": 1000},
+            "budget": 2,
+            "seed": 5,
+        }
+        r = await c.call_tool(
+            "chaos_search", {"spec": yaml.safe_dump(spec), "variables": {"service_url": demo_url}}
+        )
+        assert not r.is_error, r
+        assert r.structured_content["trials"] == 2 and "ms" in r.structured_content["toon"]
+        bad = await c.call_tool("chaos_search", {"spec": yaml.safe_dump({**spec, "budget": 0})})
+        assert bad.is_error and "budget" in bad.content[0].text

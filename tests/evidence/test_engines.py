@@ -1,0 +1,167 @@
+"""DuckDB and ClickHouse give the same answers on the same journals; the ClickHouse store's own surface."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from faultplane.core.store_clickhouse import ClickHouseStore, ClickHouseStoreError, open_store
+from faultplane.services import evidence as ev
+
+pytestmark = pytest.mark.clickhouse
+
+
+def _strip(summary: ev.Summary) -> dict[str, Any]:
+    out = summary.model_dump()
+    out.pop("store")
+    return out
+
+
+def test_same_answers_on_the_same_journals(real_runs: Any, ch_store: ClickHouseStore) -> None:
+    duck = real_runs.store
+    assert ev.ingest_journals(ch_store, real_runs.journals) == len(real_runs.journals)
+
+    assert _strip(ev.summarize(duck, last=None)) == _strip(ev.summarize(ch_store, last=None))
+    assert _strip(ev.summarize(duck, last=5, experiment="svc")) == _strip(
+        ev.summarize(ch_store, last=5, experiment="svc")
+    )
+    cards_duck, cards_ch = ev.scorecards(duck), ev.scorecards(ch_store)
+    assert [c.model_dump() for c in cards_duck] == [c.model_dump() for c in cards_ch]
+    assert ev.window_rows(duck, 3) == ev.window_rows(ch_store, 3)
+    for method in ("mean_ksigma", "percentile", "mad"):
+        assert ev.probe_baseline(duck, "latency", "svc", method=method) == ev.probe_baseline(
+            ch_store, "latency", "svc", method=method
+        )
+    # the raw rows the engine persisted on DuckDB equal those journal_rows wrote on ClickHouse
+    cols = "run_id, seq, phase, name, type, status, started_at, ended_at, duration_s, output, error"
+    sql = f"SELECT {cols} FROM activities ORDER BY run_id, seq"
+    assert _utc(duck.query(sql)) == _utc(ch_store.query(sql))
+    cols = (
+        "run_id, experiment_title, experiment_family, status, started_at, ended_at, duration_s, tags, verdict"
+    )
+    sql = f"SELECT {cols} FROM runs ORDER BY run_id"
+    assert _utc(duck.query(sql)) == _utc(ch_store.query(sql))
+
+
+def _utc(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            k: v.astimezone(dt.UTC)
+            if isinstance(v, dt.datetime)
+            else (bool(v) if k.startswith("steady") else v)
+            for k, v in r.items()
+        }
+        for r in rows
+    ]
+
+
+def test_reingesting_a_run_replaces_it(real_runs: Any, ch_store: ClickHouseStore) -> None:
+    journal = real_runs.journals[0]
+    ev.ingest_journals(ch_store, [journal])
+    ev.ingest_journals(ch_store, [journal])
+    assert ch_store.query("SELECT count() AS n FROM runs FINAL")[0]["n"] == 1
+    assert ev.summarize(ch_store).runs_total == 1
+
+
+def test_persist_journal_then_sync_metrics(real_runs: Any, ch_store: ClickHouseStore) -> None:
+    for j in real_runs.journals[:3]:
+        ch_store.persist_journal(j, journal_path="/tmp/x.json")
+    assert ev.sync_metrics(ch_store) == 3
+    assert ev.sync_metrics(ch_store) == 0
+    assert ev.summarize(ch_store).runs_total == 3
+
+
+def test_open_store_routes_by_url(clickhouse_server: Any, tmp_path: Any) -> None:
+    from faultplane.core.store import Store
+
+    assert isinstance(open_store(tmp_path / "x.duckdb"), Store)
+    store = open_store(clickhouse_server.url("fp_route"))
+    try:
+        assert isinstance(store, ClickHouseStore)
+        assert {
+            r["name"] for r in store.query("SELECT name FROM schema_migrations WHERE owner = 'core'")
+        } == {"core-001"}
+    finally:
+        store.execute("DROP DATABASE IF EXISTS fp_route")
+
+
+def test_bad_urls_and_sql_say_what_to_fix(clickhouse_server: Any, ch_store: ClickHouseStore) -> None:
+    with pytest.raises(ClickHouseStoreError, match="no host"):
+        ClickHouseStore("clickhouse:///db")
+    with pytest.raises(ClickHouseStoreError, match="plain identifier"):
+        ClickHouseStore(f"clickhouse://127.0.0.1:{clickhouse_server.http_port}/bad-name")
+    with pytest.raises(ClickHouseStoreError, match="cannot reach"):
+        ClickHouseStore("clickhouse://127.0.0.1:1/db?connect_timeout=1")
+    with pytest.raises(ClickHouseStoreError, match="sql:"):
+        ch_store.query("SELECT nope FROM runs")
+    with pytest.raises(ClickHouseStoreError, match="readonly"):
+        ch_store.query("INSERT INTO audit (actor) VALUES ('x')", read_only=True)
+
+
+def test_same_tables_and_columns_on_both_engines(real_runs: Any, ch_store: ClickHouseStore) -> None:
+    ev.sync_metrics(real_runs.store)
+    ev.sync_metrics(ch_store)
+    duck = real_runs.store.query(
+        "SELECT table_name AS t, column_name AS c FROM information_schema.columns ORDER BY t, ordinal_position"
+    )
+    ch = ch_store.query(
+        "SELECT table AS t, name AS c FROM system.columns WHERE database = currentDatabase() AND name != '_version'"
+    )
+
+    def tables(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in rows:
+            out.setdefault(r["t"], []).append(r["c"])
+        return out
+
+    duck_tables, ch_tables = tables(duck), tables(ch)
+    for name in ("runs", "activities", "journals", "audit", "run_metrics", "schema_migrations"):
+        if name == "schema_migrations":
+            assert set(duck_tables[name]) == set(ch_tables[name])
+        else:
+            assert duck_tables[name] == ch_tables[name], name
+    applied = "SELECT owner, name FROM schema_migrations ORDER BY owner, name"
+    assert (
+        real_runs.store.query(applied)
+        == ch_store.query(applied)
+        == [
+            {"owner": "core", "name": "core-001"},
+            {"owner": "evidence", "name": "evidence-001"},
+        ]
+    )
+
+
+def test_migrations_are_versioned_and_applied_once(ch_store: ClickHouseStore, tmp_path: Any) -> None:
+    from faultplane.core.migrations import MigrationError, to_clickhouse
+    from faultplane.core.store import Store
+
+    steps = [
+        (
+            "demo-001",
+            ["CREATE TABLE IF NOT EXISTS demo (id VARCHAR PRIMARY KEY, seen_at TIMESTAMPTZ, n INTEGER)"],
+        ),
+        ("demo-002", ["ALTER TABLE demo ADD COLUMN IF NOT EXISTS score DOUBLE"]),
+    ]
+    duck = Store(tmp_path / "m.duckdb")
+    for store in (duck, ch_store):
+        store.ensure_schema("demo", steps[:1])
+        store.insert("demo", [{"id": "a", "seen_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "n": 1}])
+        type(store)._migrated.clear()  # a new process: the applied names come from schema_migrations
+        store.ensure_schema("demo", steps)
+        store.ensure_schema("demo", steps)
+        store.insert(
+            "demo", [{"id": "b", "seen_at": dt.datetime(2026, 1, 2, tzinfo=dt.UTC), "n": 2, "score": 0.5}]
+        )
+        rows = store.query("SELECT id, seen_at, n, score FROM demo ORDER BY id")
+        assert [(r["id"], r["seen_at"].astimezone(dt.UTC), r["n"], r["score"]) for r in rows] == [
+            ("a", dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 1, None),
+            ("b", dt.datetime(2026, 1, 2, tzinfo=dt.UTC), 2, 0.5),
+        ]
+        names = store.query("SELECT name FROM schema_migrations WHERE owner = 'demo' ORDER BY name")
+        assert [r["name"] for r in names] == ["demo-001", "demo-002"]
+    with pytest.raises(MigrationError, match="ADD COLUMN"):
+        to_clickhouse("UPDATE runs SET status = 'x'")
+    with pytest.raises(MigrationError, match="column blob: type BLOB"):
+        to_clickhouse("CREATE TABLE IF NOT EXISTS t (blob BLOB)")

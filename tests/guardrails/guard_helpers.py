@@ -1,0 +1,154 @@
+"""Helpers for the guardrail tests: a valid base experiment, run history in a real store, a degradable service."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from faultplane.core.store import Store
+
+BASE: dict[str, Any] = {
+    "title": "Payment DB latency",
+    "description": "Mimics production traffic patterns against the staging replica",  # prose: never scanned
+    "tags": ["payment"],
+    "configuration": {"api_url": "http://127.0.0.1:8080", "db_host": "127.0.0.1"},
+    "targets": [
+        {"name": "payment-db", "driver": "process", "labels": {"env": "staging", "service": "payment"}}
+    ],
+    "blast_radius": {"percent": 10},
+    "slo_gates": [{"name": "errors", "sli": "error_rate", "rollback_on": "error_rate > 0.01 for 30s"}],
+    "steady-state-hypothesis": {
+        "title": "the API answers",
+        "probes": [
+            {
+                "type": "probe",
+                "name": "health",
+                "provider": {"type": "http", "url": "http://127.0.0.1:8080/health"},
+                "tolerance": 200,
+            }
+        ],
+    },
+    "method": [
+        {
+            "type": "action",
+            "name": "slow-db",
+            "provider": {"type": "process", "path": "true", "arguments": ["--delay", "200ms"]},
+            "pauses": {"after": 1},
+        }
+    ],
+    "rollbacks": [],
+}
+
+
+def base_experiment(**changes: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    return doc
+
+
+def write_experiment(folder: Path, doc: dict[str, Any], name: str = "exp.yaml") -> Path:
+    path = folder / name
+    if name.endswith(".json"):
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    else:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+_CLOCK = [datetime(2026, 1, 1, tzinfo=UTC)]
+
+
+def record_run(
+    store: Store,
+    family: str,
+    stage: int | None,
+    *,
+    green: bool = True,
+    status: str | None = None,
+    dry_run: bool = False,
+) -> str:
+    """Write a `runs` row the way the engine does after a run."""
+    _CLOCK[0] += timedelta(minutes=1)
+    run_id = uuid.uuid4().hex[:16]
+    store.insert(
+        "runs",
+        [
+            {
+                "run_id": run_id,
+                "experiment_title": family,
+                "experiment_family": family,
+                "content_hash": "0" * 64,
+                "status": status or ("completed" if green else "deviated"),
+                "dry_run": dry_run,
+                "steady_state_before": True,
+                "steady_state_after": green,
+                "started_at": _CLOCK[0],
+                "ended_at": _CLOCK[0] + timedelta(seconds=5),
+                "blast_stage": stage,
+            }
+        ],
+    )
+    return run_id
+
+
+class DegradableService:
+    """A real threaded HTTP service whose latency and error rate are flipped at run time (the injected fault)."""
+
+    def __init__(self) -> None:
+        self.latency_s = 0.0
+        self.error_rate = 0.0
+        self.requests = 0
+        self._lock = threading.Lock()
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = (
+                True  # headers and body go out as two writes; no 40 ms delayed-ACK stall
+            )
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with service._lock:
+                    service.requests += 1
+                    n = service.requests
+                    latency, rate = service.latency_s, service.error_rate
+                if latency:
+                    time.sleep(latency)
+                failing = rate > 0 and (n % max(1, round(1 / rate)) == 0)
+                status = 500 if failing else 200
+                body = json.dumps({"ok": not failing, "n": n}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def degrade(self, *, latency_s: float = 0.0, error_rate: float = 0.0) -> None:
+        with self._lock:
+            self.latency_s, self.error_rate = latency_s, error_rate
+
+    def restore(self) -> None:
+        self.degrade()

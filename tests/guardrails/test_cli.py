@@ -1,0 +1,82 @@
+"""`faultplane guard check | approve | policy show` through the real CLI app."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from guard_helpers import base_experiment, record_run, write_experiment
+from typer.testing import CliRunner
+
+from faultplane.cli.main import app
+from faultplane.core.store import Store
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "p"
+    (root / ".git").mkdir(parents=True)
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
+    return root
+
+
+def test_check_allowed_and_refused(project: Path) -> None:
+    write_experiment(project, base_experiment(), "ok.yaml")
+    write_experiment(project, base_experiment(targets=[{"name": "x", "labels": {"env": "Prod"}}]), "bad.yaml")
+    res = runner.invoke(app, ["guard", "check", "ok.yaml"])
+    assert res.exit_code == 0 and "allowed" in res.output
+    res = runner.invoke(app, ["guard", "check", "bad.yaml", "-o", "json"])
+    assert res.exit_code == 3
+    out = json.loads(res.output)
+    assert out["allowed"] is False and out["violations"][0]["rule"] == "forbidden.labels.env"
+    assert out["family"] == "payment-db-latency" and len(out["content_hash"]) == 64
+
+
+def test_check_unreadable_is_exit_2(project: Path) -> None:
+    res = runner.invoke(app, ["guard", "check", "nope.yaml"])
+    assert res.exit_code == 2 and "cannot check" in res.output
+
+
+def test_check_reports_three_greens(project: Path) -> None:
+    write_experiment(project, base_experiment(), "ok.yaml")
+    store = Store()
+    for _ in range(3):
+        record_run(store, "payment-db-latency", 0)
+    res = runner.invoke(app, ["guard", "check", "ok.yaml", "-o", "json"])
+    assert res.exit_code == 0
+    assert "3 consecutive green runs" in json.loads(res.output)["advice"][0]
+
+
+def test_approve_then_check(project: Path) -> None:
+    write_experiment(project, base_experiment(blast_radius={"percent": 25}), "wide.yaml")
+    assert runner.invoke(app, ["guard", "check", "wide.yaml"]).exit_code == 3
+    res = runner.invoke(app, ["guard", "approve", "wide.yaml", "--approver", "bob", "--reason", "game day"])
+    assert res.exit_code == 0 and "approved payment-db-latency" in res.output and "token: fpa1." in res.output
+    res = runner.invoke(app, ["guard", "check", "wide.yaml", "-o", "json"])
+    assert res.exit_code == 0 and json.loads(res.output)["approved_by"] == "bob"
+    audit = Store().query("SELECT actor, action, subject FROM audit WHERE action = 'approve'")
+    assert audit == [{"actor": "bob", "action": "approve", "subject": "payment-db-latency"}]
+
+
+def test_approve_warns_when_other_rules_still_refuse(project: Path) -> None:
+    write_experiment(project, base_experiment(slo_gates=None, blast_radius={"percent": 25}), "x.yaml")
+    res = runner.invoke(app, ["guard", "approve", "x.yaml"])
+    assert res.exit_code == 0 and "still refuses" in res.output and "gates.required" in res.output
+
+
+def test_policy_show(project: Path) -> None:
+    res = runner.invoke(app, ["guard", "policy", "show"])
+    assert (
+        res.exit_code == 0 and "# source: built-in strict default" in res.output and "stages:" in res.output
+    )
+    (project / "faultplane.policy.yaml").write_text("approval: {min_stage: 1}\n")
+    res = runner.invoke(app, ["guard", "policy", "show", "-o", "json"])
+    shown = json.loads(res.output)
+    assert shown["source"].endswith("faultplane.policy.yaml") and shown["approval"]["min_stage"] == 1
+    (project / "faultplane.policy.yaml").write_text("approval: {min_stag: 1}\n")
+    res = runner.invoke(app, ["guard", "policy", "show"])
+    assert res.exit_code == 2 and "approval.min_stag" in res.output
