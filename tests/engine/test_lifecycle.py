@@ -99,6 +99,36 @@ async def test_rollback_strategy_deviated_only_when_deviated(tmp_path: Path, sto
     assert bad.status == "failed" and ctk_helpers.lines(str(marker)) == ["rollback"]
 
 
+async def test_rollback_strategy_deviated_runs_when_the_after_check_fails(
+    tmp_path: Path, store: Store
+) -> None:
+    marker = tmp_path / "m.txt"
+    flag = tmp_path / "flag"
+    exp = experiment(
+        marker,
+        method=[py("break", "record", "action", path=str(flag), line="x")],
+        rollback_strategy="deviated",
+    )
+    exp["steady-state-hypothesis"]["probes"] = [
+        {
+            "type": "probe",
+            "name": "flag-absent",
+            "provider": {
+                "type": "python",
+                "module": "os.path",
+                "func": "exists",
+                "arguments": {"path": str(flag)},
+            },
+            "tolerance": False,
+        }
+    ]
+    exp["runtime"]["recovery_timeout"] = 0.2
+    result = await run_experiment(exp, store=store)
+    assert result.status == "deviated" and result.steady_state_after is False
+    assert ctk_helpers.lines(str(marker)) == ["rollback"]
+    assert [r["activity"]["name"] for r in load_journal(result.run_id, store)["rollbacks"]] == ["undo"]
+
+
 async def test_failed_action_fails_the_run_and_stops_the_method(tmp_path: Path, store: Store) -> None:
     marker = tmp_path / "m.txt"
     method = [

@@ -49,8 +49,32 @@ async def test_inject_and_remove_actions(reg: FaultRegistry) -> None:
     assert out["was_triggered"] is True and reg.armed("db") == 1
     out = await remove.invoke(ctx, {"name": "db", "registry": str(reg.path)})
     assert out["existed"] is True and reg.get("db") is None
-    await ctx.revert_all()  # newest first: re-register, then disarm
-    assert reg.get("db") == FaultSpec("db", "error", probability=1.0) and reg.armed("db") == 0
+    await ctx.revert_all()  # only inject's disarm: removing is itself an undo and has no revert
+    assert reg.get("db") is None and reg.armed("db") == 0
+
+
+async def test_remove_in_rollbacks_leaves_the_fault_removed(
+    reg: FaultRegistry, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faultplane.services.experiments import run_experiment
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("gates: {required: false}\n", encoding="utf-8")
+    monkeypatch.setenv("FAULTPLANE_POLICY", str(policy))
+    manage_fault("slow-db", "register", fault_type="latency", probability=1.0, registry=reg, store=store)
+
+    def faults(kind: str, name: str, **arguments: str) -> dict:
+        provider = {"type": "driver", "driver": "faults", "name": name, "arguments": arguments}
+        return {"type": kind, "name": f"{name}-{kind}", "provider": provider}
+
+    exp = {
+        "title": "remove as rollback",
+        "method": [faults("probe", "active", registry=str(reg.path))],
+        "rollbacks": [faults("action", "remove", name="slow-db", registry=str(reg.path))],
+    }
+    result = await run_experiment(exp, store=store)
+    assert result.status == "completed", result.error
+    assert reg.get("slow-db") is None  # the run's own reverts must not put it back
 
 
 async def test_bad_driver_arguments_name_the_field(reg: FaultRegistry) -> None:

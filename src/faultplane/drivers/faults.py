@@ -4,8 +4,9 @@
 Python services, proxy routes) start applying it; rollback restores whatever was registered under the name
 before. `faults.inject` arms one occurrence (rolled with the run's seeded RNG); rollback drops occurrences
 not yet used.
-`faults.remove` takes a fault out; rollback puts it back. The reverts are leased, so a fault registered by a
-controller that dies is reverted by the lease watchdog instead of staying in force.
+`faults.remove` takes a fault out and registers no revert: removing a fault is itself the undo (experiments
+use it in `rollbacks`), so putting the fault back afterwards would re-inject it. The reverts are leased, so a
+fault registered by a controller that dies is reverted by the lease watchdog instead of staying in force.
 """
 
 from __future__ import annotations
@@ -119,19 +120,11 @@ def inject(ctx: ActivityContext, p: InjectParams) -> dict[str, Any]:
 
 @action("faults", "remove", RemoveParams)
 def remove(ctx: ActivityContext, p: RemoveParams) -> dict[str, Any]:
-    """Remove a fault (idempotent); rollback registers it again as it was."""
+    """Remove a fault (idempotent). It is the undo of `register`, so it has no revert of its own."""
     reg = _registry(p)
-    previous = reg.get(p.name)
     if ctx.dry_run:
-        return {"status": "removed", "name": p.name, "existed": previous is not None, "dry_run": True}
-    if previous is not None:
-        leased_revert(
-            ctx,
-            label=f"faults: re-register {p.name!r}",
-            driver="faults",
-            revert="restore",
-            args={"registry": str(reg.path.absolute()), "name": p.name, "previous": previous.to_dict()},
-        )
+        existed = reg.get(p.name) is not None
+        return {"status": "removed", "name": p.name, "existed": existed, "dry_run": True}
     existed = reg.remove(p.name)
     return {"status": "removed", "name": p.name, "existed": existed}
 

@@ -369,7 +369,8 @@ class _Runner:
         st = self.state
         self.writer.emit({"event": "phase", "phase": "recover", "at": now().isoformat()})
         strategy = self.exp.runtime.rollbacks.strategy
-        deviated_so_far = st.status in ("failed", "aborted") or st.during_failed
+        # a steady state refuted after the method is the main case `deviated` exists for
+        deviated_so_far = st.status in ("failed", "aborted") or st.during_failed or st.after_met is False
         run_rollbacks = {
             "default": st.method_started,
             "always": True,
