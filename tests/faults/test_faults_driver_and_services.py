@@ -63,9 +63,9 @@ async def test_remove_in_rollbacks_leaves_the_fault_removed(
     monkeypatch.setenv("FAULTPLANE_POLICY", str(policy))
     manage_fault("slow-db", "register", fault_type="latency", probability=1.0, registry=reg, store=store)
 
-    def faults(kind: str, name: str, **arguments: str) -> dict:
-        provider = {"type": "driver", "driver": "faults", "name": name, "arguments": arguments}
-        return {"type": kind, "name": f"{name}-{kind}", "provider": provider}
+    def faults(kind: str, activity: str, **arguments: str) -> dict:
+        provider = {"type": "driver", "driver": "faults", "name": activity, "arguments": arguments}
+        return {"type": kind, "name": f"faults-{activity}", "provider": provider}
 
     exp = {
         "title": "remove as rollback",
