@@ -27,8 +27,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/ruff format --check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
