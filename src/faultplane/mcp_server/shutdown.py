@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 
+from faultplane.mcp_server.stdio import serve_stdio
+
 __all__ = ["ROLLBACK_GRACE_S", "abort_in_process_runs", "serve_stdio_until_signalled", "wait_for_runs"]
 
 # How long a stopping server waits for aborted runs to finish their rollbacks.
@@ -50,5 +52,5 @@ async def serve_stdio_until_signalled(server: Any) -> None:
                     return
 
         tg.start_soon(watch)
-        await server.run_stdio_async()
+        await serve_stdio(server)
         tg.cancel_scope.cancel()
