@@ -346,3 +346,24 @@ async def test_journal_json_and_toon(tmp_path: Path, store: Store) -> None:
         exit_code(__import__("faultplane.core.model", fromlist=["Journal"]).Journal.model_validate(as_json))
         == 0
     )
+
+
+async def test_journal_records_the_configuration_the_run_used(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FP_TEST_URL", "http://127.0.0.1:9/")
+    monkeypatch.setenv("FP_TEST_TOKEN", "tok-3141")
+    exp = experiment(tmp_path / "m.txt")
+    exp["configuration"] = {"url": {"type": "env", "key": "FP_TEST_URL"}, "n": 1, "auth": "Bearer tok-3141"}
+    exp["secrets"] = {"api": {"token": {"type": "env", "key": "FP_TEST_TOKEN"}}}
+    result = await run_experiment(exp, variables={"n": 5, "extra": "x"}, store=store)
+    assert result.status == "completed", result.error
+    journal = load_journal(result.run_id, store)
+    assert journal["experiment"]["configuration"] == {
+        "url": "http://127.0.0.1:9/",
+        "n": 5,
+        "auth": "Bearer ***",
+        "extra": "x",
+    }
+    assert journal["experiment"]["secrets"] == {"api": {"token": "***"}}
+    assert "tok-3141" not in json.dumps(journal)

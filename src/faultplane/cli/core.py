@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import sys
@@ -31,6 +32,24 @@ PolicyOpt = Annotated[
 ]
 
 
+# Choices as enums: typer rejects anything else with exit 2, naming the option and the allowed values.
+class RunOutput(enum.StrEnum):
+    text = "text"
+    json = "json"
+    toon = "toon"
+
+
+class ValidateOutput(enum.StrEnum):
+    text = "text"
+    json = "json"
+
+
+class TableFormat(enum.StrEnum):
+    table = "table"
+    json = "json"
+    toon = "toon"
+
+
 def _use_store(store: str | None) -> Store:
     if store is not None:
         os.environ["FAULTPLANE_STORE"] = str(store)
@@ -58,7 +77,7 @@ def validate(
     var: VarOpt = None,
     var_file: VarFileOpt = None,
     policy: PolicyOpt = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text | json")] = "text",
+    output: Annotated[ValidateOutput, typer.Option("--output", "-o")] = ValidateOutput.text,
 ) -> None:
     """Validate an experiment (schema, variables, policy) without running anything. Exit 0 valid, 2 invalid."""
     from faultplane.services.experiments import validate_experiment
@@ -129,7 +148,7 @@ def run(
     journal: Annotated[
         Path | None, typer.Option("--journal", help="also write the journal JSON here")
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
+    output: Annotated[RunOutput, typer.Option("--output", "-o")] = RunOutput.text,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Run an experiment. Exit 0 steady state held, 1 deviated/failed, 2 invalid, 3 aborted/refused, 130 interrupted."""
@@ -230,7 +249,7 @@ experiments_app = typer.Typer(
 @journal_app.command("show")
 def journal_show(
     run_id: str,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="json | toon | table")] = "table",
+    fmt: Annotated[TableFormat, typer.Option("--format", "-f")] = TableFormat.table,
     store: StoreOpt = None,
 ) -> None:
     """Show one run's journal."""
@@ -243,8 +262,8 @@ def journal_show(
     except LookupError as exc:
         err_console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
-    if fmt in ("json", "toon"):
-        print(dumps(j, fmt))  # type: ignore[arg-type]
+    if fmt != TableFormat.table:
+        print(dumps(j, "json" if fmt == TableFormat.json else "toon"))
         return
     c = compact_journal(j)
     console.print(
@@ -264,7 +283,7 @@ def journal_show(
 def runs_list(
     experiment: Annotated[str | None, typer.Option("--experiment", "-e")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n")] = 20,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | toon")] = "table",
+    fmt: Annotated[TableFormat, typer.Option("--format", "-f")] = TableFormat.table,
     store: StoreOpt = None,
 ) -> None:
     """List recent runs, newest first."""
@@ -273,8 +292,8 @@ def runs_list(
     st = _use_store(store)
     recover(st)
     rows = list_runs(st, experiment, limit)
-    if fmt != "table":
-        print(dumps(rows, fmt))  # type: ignore[arg-type]
+    if fmt != TableFormat.table:
+        print(dumps(rows, "json" if fmt == TableFormat.json else "toon"))
         return
     table = Table("run", "experiment", "status", "before", "after", "started", "seconds")
     for r in rows:

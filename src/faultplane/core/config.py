@@ -72,7 +72,18 @@ def load_var_file(path: str | Path) -> dict[str, Any]:
                 )
             ]
         )
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field=f"--var-file {p}",
+                    message=f"cannot read the file: {exc}",
+                    fix="pass a readable UTF-8 .json, .yaml or .env file",
+                )
+            ]
+        ) from None
     if p.suffix == ".env":
         out: dict[str, Any] = {}
         for line in text.splitlines():
@@ -81,13 +92,36 @@ def load_var_file(path: str | Path) -> dict[str, Any]:
                 k, _, v = line.partition("=")
                 out[k.strip()] = v.strip().strip("'\"")
         return out
-    data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field=f"--var-file {p}:{exc.lineno}:{exc.colno}",
+                    message=f"invalid JSON: {exc.msg}",
+                    fix="correct the JSON syntax at that position (a JSON object of name: value pairs)",
+                )
+            ]
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field=f"--var-file {where}",
+                    message=f"invalid YAML: {getattr(exc, 'problem', None) or exc}",
+                    fix="correct the YAML syntax (indentation, quoting) at that position",
+                )
+            ]
+        ) from None
     if not isinstance(data, dict):
         raise ExperimentError(
             [
                 ValidationIssue(
-                    field="--var-file",
-                    message="expected a mapping of names to values",
+                    field=f"--var-file {p}",
+                    message=f"expected a mapping of names to values, got {type(data).__name__}",
                     fix="write `name: value` pairs",
                 )
             ]

@@ -171,7 +171,10 @@ class _Runner:
         journal = Journal(
             run_id=self.ctx.run_id,
             faultplane_version=faultplane.__version__,
-            experiment=mask_secrets(p.raw, p.secret_values),
+            # the values this run used (env, --var, --var-file), so the journal alone reproduces it
+            experiment=mask_secrets(
+                {**p.raw, "configuration": p.configuration} if p.configuration else p.raw, p.secret_values
+            ),
             status="running",
             start=now(),
             dry_run=dry_run,
