@@ -450,3 +450,68 @@ async def test_sigterm_stops_cleanly_and_keeps_the_records(tmp_path: Path) -> No
         "SELECT fault_type, request_id FROM plane_fault_events WHERE session_id = 'raw'"
     )
     assert events == [{"fault_type": "error_injection", "request_id": "2"}]
+
+
+RAW_SERVER = [PY, str(Path(__file__).parent / "raw_server.py")]
+
+
+def tool_call(rid: Any, name: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": {}}}
+
+
+async def test_a_timed_out_answer_stays_swallowed_after_the_client_cancels(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, {"faults": [{"type": "timeout", "tools": ["late"]}]})
+    with anyio.fail_after(30):
+        async with await anyio.open_process(
+            proxy_cmd(plan, server=RAW_SERVER), env=child_env(), stderr=subprocess.DEVNULL
+        ) as proc:
+            raw = Raw(proc)
+            await raw.send(tool_call(5, "late"))
+            # The client gives up; the server answers 5 anyway, and only then 6 (one ordered pipe).
+            await raw.send(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+            )
+            await raw.send({"jsonrpc": "2.0", "id": 6, "method": "ping"})
+            assert json.loads(await raw.line())["id"] == 6
+            assert proc.stdin is not None
+            await proc.stdin.aclose()
+            assert proc.stdout is not None
+            rest = raw.buf + b"".join([chunk async for chunk in proc.stdout])
+            assert rest == b""  # the late answer to 5 never came through
+            await proc.wait()
+    events = plane_store().query("SELECT fault_type FROM plane_fault_events WHERE session_id = 'raw'")
+    assert [e["fault_type"] for e in events] == ["timeout"]
+
+
+async def test_reorder_is_released_by_a_response_not_by_notifications_or_requests(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, {"faults": [{"type": "reorder", "tools": ["chatty"], "max_hold_ms": 30000}]})
+    with anyio.fail_after(30):
+        async with await anyio.open_process(
+            proxy_cmd(plan, server=RAW_SERVER), env=child_env(), stderr=subprocess.DEVNULL
+        ) as proc:
+            raw = Raw(proc)
+            await raw.send(tool_call(1, "chatty"))  # answered, then a notification and a server request
+            first = [json.loads(await raw.line()), json.loads(await raw.line())]
+            assert [m.get("method") for m in first] == ["notifications/message", "roots/list"]
+            await raw.send({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            assert [json.loads(await raw.line())["id"] for _ in range(2)] == [2, 1]
+            assert proc.stdin is not None
+            await proc.stdin.aclose()
+            await proc.wait()
+
+
+async def test_response_side_fail_safe_and_strict(tmp_path: Path) -> None:
+    plan = write_plan(
+        tmp_path, {"faults": [{"type": "schema_drift", "tools": ["weather"], "rename": {"temp_c": "t"}}]}
+    )
+    env = {"FAULTPLANE_PLANE_SELFTEST_RAISE_RESPONSE": "weather"}
+    want = {"city": "Oslo", "temp_c": 21.5, "conditions": "clear"}
+    with anyio.fail_after(30):
+        async with Client(stdio_proxy_params(plan, session="rs1", **env)) as c:
+            r = await c.call_tool("weather", {"city": "Oslo"})
+            assert r.structured_content == want  # our logic broke on the answer: it went through untouched
+        async with Client(stdio_proxy_params(plan, strict=True, session="rs2", **env)) as c:
+            with pytest.raises(MCPError, match="strict") as info:
+                await c.call_tool("weather", {"city": "Oslo"})
+            assert info.value.error.code == -32603
+            assert (await c.call_tool("echo", {"text": "x"})).structured_content == {"result": "x"}

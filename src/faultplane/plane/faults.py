@@ -39,6 +39,7 @@ from faultplane.plane.plan import (
 
 __all__ = [
     "SELFTEST_ENV",
+    "SELFTEST_RESPONSE_ENV",
     "Decision",
     "FaultEngine",
     "FaultEvent",
@@ -50,6 +51,8 @@ __all__ = [
 
 # Testing hook for the fail-safe/strict paths: a tool-name glob whose requests make the engine raise.
 SELFTEST_ENV = "FAULTPLANE_PLANE_SELFTEST_RAISE"
+# The same for the response side: answers to requests for matching tools make the engine raise.
+SELFTEST_RESPONSE_ENV = "FAULTPLANE_PLANE_SELFTEST_RAISE_RESPONSE"
 TASK_META_KEY = "faultplane/task"
 MODERN_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 
@@ -109,6 +112,18 @@ class Decision:
     duplicate: bool = False
     hold_s: float | None = None
     events: list[FaultEvent] = field(default_factory=list)
+    # Events of faults that act on the answer. Whether they change anything is known only when the answer
+    # arrives (a drift of a field the result lacks changes nothing), so they are not injected yet.
+    deferred: dict[int, FaultEvent] = field(default_factory=dict)  # id(fault or marker) -> event
+    timeout_event: FaultEvent | None = None
+
+    @property
+    def immediate_events(self) -> list[FaultEvent]:
+        """Faults that changed the exchange already on the way in (delays, answers made up by the plane)."""
+        later = {id(e) for e in self.deferred.values()}
+        if self.timeout_event is not None:
+            later.add(id(self.timeout_event))
+        return [e for e in self.events if id(e) not in later]
 
     @property
     def corrupts(self) -> bool:
@@ -149,6 +164,7 @@ class FaultEngine:
         self._ordinals: dict[str, int] = {}
         self._last_call: dict[str, float] = {}
         self._selftest = os.environ.get(SELFTEST_ENV) or None
+        self._selftest_response = os.environ.get(SELFTEST_RESPONSE_ENV) or None
 
     @property
     def empty(self) -> bool:
@@ -203,18 +219,20 @@ class FaultEngine:
                 continue
             self._apply(index, fault, d, key, ordinal, msg)
 
-        if d.reply is not None:
-            # An answer we make up ourselves never reaches the server, so nothing downstream can apply.
-            d.drop_response = False
+        if d.reply is not None or d.drop_response:
+            # An answer we make up ourselves never reaches the server, and a swallowed answer never reaches
+            # the client, so nothing that acts on the answer can apply.
             d.mutators.clear()
             d.duplicate = False
             d.hold_s = None
-            d.events = [e for e in d.events if e.fault_type in _PRE_FORWARD]
-        elif d.drop_response:
-            d.mutators.clear()
-            d.duplicate = False
-            d.hold_s = None
-            d.events = [e for e in d.events if e.fault_type in _PRE_FORWARD or e.fault_type == "timeout"]
+            dropped = {id(e) for e in d.deferred.values()}
+            d.deferred.clear()
+            if d.reply is not None:
+                d.drop_response = False
+                if d.timeout_event is not None:
+                    dropped.add(id(d.timeout_event))
+                    d.timeout_event = None
+            d.events = [e for e in d.events if id(e) not in dropped]
         if not d.events:
             return None
         return d
@@ -252,41 +270,76 @@ class FaultEngine:
                     d.events.append(self._event(fault, d, "listed_but_broken"))
             else:
                 d.mutators.append(fault)
-                d.events.append(self._event(fault, d, "missing_from_list"))
+                self._defer(d, fault, self._event(fault, d, "missing_from_list"))
         elif isinstance(fault, TimeoutFault):
             d.drop_response = True
-            d.events.append(self._event(fault, d))
+            if d.timeout_event is None:
+                d.timeout_event = self._event(fault, d)
+                d.events.append(d.timeout_event)
         elif isinstance(fault, SchemaDriftFault | PartialResultFault):
             d.mutators.append(fault)
-            d.events.append(self._event(fault, d))
-        elif isinstance(fault, DuplicateResponseFault):
+            self._defer(d, fault, self._event(fault, d))
+        # A second duplicate or reorder fault on the same call adds nothing: the first one counts.
+        elif isinstance(fault, DuplicateResponseFault) and not d.duplicate:
             d.duplicate = True
-            d.events.append(self._event(fault, d))
-        elif isinstance(fault, ReorderFault):
+            self._defer(d, _DUPLICATE, self._event(fault, d))
+        elif isinstance(fault, ReorderFault) and d.hold_s is None:
             d.hold_s = fault.max_hold_ms / 1000.0
-            d.events.append(self._event(fault, d, f"max_hold_ms={fault.max_hold_ms:g}"))
+            self._defer(d, _HOLD, self._event(fault, d, f"max_hold_ms={fault.max_hold_ms:g}"))
+
+    @staticmethod
+    def _defer(d: Decision, what: Any, event: FaultEvent) -> None:
+        d.deferred[id(what)] = event
+        d.events.append(event)
+
+    def respond(
+        self, msg: dict[str, Any], decision: Decision, *, can_duplicate: bool = True, can_hold: bool = True
+    ) -> tuple[dict[str, Any] | None, list[FaultEvent]]:
+        """The response as the client should see it (None: unchanged) and the answer-side faults that took
+        effect. A driver passes `can_duplicate=False` / `can_hold=False` where it cannot repeat or hold an
+        answer (one JSON body per HTTP response; the simulator's sequential calls), so those are not counted."""
+        if self._selftest_response and decision.tool and fnmatchcase(decision.tool, self._selftest_response):
+            raise RuntimeError(
+                f"self-test failure requested by ${SELFTEST_RESPONSE_ENV} for tool {decision.tool!r}"
+            )
+        mutated, changed = self._mutate(msg, decision)
+        effective = [decision.deferred[id(f)] for f in changed if id(f) in decision.deferred]
+        if decision.duplicate and can_duplicate and id(_DUPLICATE) in decision.deferred:
+            effective.append(decision.deferred[id(_DUPLICATE)])
+        if decision.hold_s is not None and can_hold and id(_HOLD) in decision.deferred:
+            effective.append(decision.deferred[id(_HOLD)])
+        return mutated, effective
 
     def on_response(self, msg: dict[str, Any], decision: Decision) -> dict[str, Any] | None:
         """The response as the client should see it; None when it is unchanged."""
+        return self._mutate(msg, decision)[0]
+
+    @staticmethod
+    def _mutate(msg: dict[str, Any], decision: Decision) -> tuple[dict[str, Any] | None, list[Any]]:
         if not decision.mutators:
-            return None
+            return None, []
         result = msg.get("result")
         if not isinstance(result, dict):
-            return None  # errors carry no payload to corrupt
+            return None, []  # errors carry no payload to corrupt
         out = copy.deepcopy(msg)
         res = out["result"]
-        changed = False
+        changed = []
         for fault in decision.mutators:
+            hit = False
             if isinstance(fault, RegistryInconsistencyFault):
-                changed |= _hide_tools(res, fault.tools)
+                hit = _hide_tools(res, fault.tools)
             elif isinstance(fault, SchemaDriftFault):
-                changed |= _drift_result(res, fault)
+                hit = _drift_result(res, fault)
             elif isinstance(fault, PartialResultFault):
-                changed |= _truncate_result(res, fault)
-        return out if changed else None
+                hit = _truncate_result(res, fault)
+            if hit:
+                changed.append(fault)
+        return (out if changed else None), changed
 
 
-_PRE_FORWARD = {"latency", "cold_tool", "error_injection", "registry_inconsistency"}
+# Markers for the answer-side faults that are not mutators.
+_DUPLICATE = object()
+_HOLD = object()
 
 
 # --- result mutations -------------------------------------------------------------------------------------

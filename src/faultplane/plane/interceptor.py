@@ -12,10 +12,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultplane.plane.faults import Decision, FaultEngine, error_reply, request_id_key, task_of, tool_of
+from faultplane.plane.faults import (
+    Decision,
+    FaultEngine,
+    FaultEvent,
+    error_reply,
+    request_id_key,
+    task_of,
+    tool_of,
+)
 from faultplane.plane.metrics import CallRecord, outcome_of
 from faultplane.plane.plan import FaultPlan
 from faultplane.plane.recorder import Recorder
@@ -25,6 +34,9 @@ __all__ = ["PASS", "ClientAction", "Interceptor", "ServerAction"]
 log = logging.getLogger("faultplane.plane")
 
 STRICT_ERROR_CODE = -32603
+# Requests whose answer a timeout fault must swallow although nobody waits for it any more (the client gave
+# up). Bounded: a server that never answers them must not grow the proxy's memory.
+_MAX_SWALLOW = 4096
 
 
 @dataclass(slots=True)
@@ -54,6 +66,7 @@ class _Pending:
     tool: str | None
     task: str | None
     decision: Decision | None
+    faults: list[FaultEvent] = field(default_factory=list)  # those that took effect so far
 
 
 def _strict_message(exc: Exception) -> str:
@@ -71,6 +84,7 @@ class Interceptor:
         self.strict = strict
         self.recorder = recorder
         self._pending: dict[str, _Pending] = {}
+        self._swallow: OrderedDict[str, None] = OrderedDict()
         self.internal_errors = 0
 
     # --- client -> server ---------------------------------------------------------------------------------
@@ -100,17 +114,20 @@ class Interceptor:
         if decision is None:
             self._pending[key] = _Pending(rid, now, method, tool_of(msg), task_of(msg), None)
             return PASS
-        if self.recorder:
-            self.recorder.faults(decision.events)
+        pending = _Pending(rid, now, method, decision.tool, task_of(msg), decision)
+        self._inject(pending, decision.immediate_events)
         if decision.reply is not None:
-            self._record(
-                _Pending(rid, now, method, decision.tool, task_of(msg), decision),
-                outcome_of(decision.reply),
-                decision.delay_s * 1000.0,
-            )
+            self._record(pending, outcome_of(decision.reply), decision.delay_s * 1000.0)
             return ClientAction(forward=False, delay_s=decision.delay_s, reply=encode(decision.reply))
-        self._pending[key] = _Pending(rid, now, method, decision.tool, task_of(msg), decision)
+        self._pending[key] = pending
         return ClientAction(delay_s=decision.delay_s)
+
+    def _inject(self, pending: _Pending, events: list[FaultEvent]) -> None:
+        """Faults that changed what the client sees: only these are recorded as injected."""
+        if events:
+            pending.faults.extend(events)
+            if self.recorder:
+                self.recorder.faults(events)
 
     def _client_side_failure(self, msg: dict[str, Any], key: str, rid: str, exc: Exception) -> ClientAction:
         self.internal_errors += 1
@@ -132,13 +149,26 @@ class Interceptor:
         """No answer will be paired with this request: the client gave up (timeout), or the transport
         answered with something that is not a JSON-RPC response (an HTTP error: rpc_error)."""
         pending = self._pending.pop(key, None)
-        if pending is not None:
-            self._record(pending, outcome, (time.perf_counter() - pending.t0) * 1000.0)
+        if pending is None:
+            return
+        d = pending.decision
+        if d is not None and d.drop_response:
+            # The server may still answer (servers need not honour cancellation); that answer must be
+            # swallowed as the fault promised, not slip through now that nobody pairs it.
+            self._swallow[key] = None
+            while len(self._swallow) > _MAX_SWALLOW:
+                self._swallow.popitem(last=False)
+            if d.timeout_event is not None and outcome == "timeout":
+                self._inject(pending, [d.timeout_event])
+        self._record(pending, outcome, (time.perf_counter() - pending.t0) * 1000.0)
 
     # --- server -> client ---------------------------------------------------------------------------------
 
-    def on_server_frame(self, raw: bytes | str, scope: str = "") -> ServerAction:
-        if not self._pending:
+    def on_server_frame(
+        self, raw: bytes | str, scope: str = "", *, can_duplicate: bool = True
+    ) -> ServerAction:
+        """`can_duplicate=False` where the transport cannot deliver an answer twice (a JSON HTTP body)."""
+        if not self._pending and not self._swallow:
             return _PASS_SERVER
         try:
             msg = json.loads(raw)
@@ -146,8 +176,12 @@ class Interceptor:
             return _PASS_SERVER
         if not isinstance(msg, dict) or "method" in msg or "id" not in msg:
             return _PASS_SERVER  # notifications and server->client requests are not faulted
-        pending = self._pending.pop(scope + request_id_key(msg["id"]), None)
+        key = scope + request_id_key(msg["id"])
+        pending = self._pending.pop(key, None)
         if pending is None:
+            if self._swallow and key in self._swallow:
+                del self._swallow[key]
+                return _SWALLOW  # the late answer to a timed-out request the client gave up on
             return _PASS_SERVER
         elapsed_ms = (time.perf_counter() - pending.t0) * 1000.0
         d = pending.decision
@@ -156,12 +190,16 @@ class Interceptor:
             return _PASS_SERVER
         try:
             if d.drop_response:
+                if d.timeout_event is not None:
+                    self._inject(pending, [d.timeout_event])
                 self._record(pending, "timeout", elapsed_ms)
                 return _SWALLOW
-            mutated = self.engine.on_response(msg, d)
+            mutated, effective = self.engine.respond(msg, d, can_duplicate=can_duplicate)
             frame = encode(mutated) if mutated is not None else None
+            self._inject(pending, effective)
             self._record(pending, outcome_of(mutated or msg), elapsed_ms, corrupted=mutated is not None)
-            return ServerAction(frames=[frame, frame] if d.duplicate else [frame], hold_s=d.hold_s)
+            twice = d.duplicate and can_duplicate
+            return ServerAction(frames=[frame, frame] if twice else [frame], hold_s=d.hold_s)
         except Exception as exc:
             self.internal_errors += 1
             log.error("plane proxy: fault logic failed on response %s: %s", msg.get("id"), exc, exc_info=True)
@@ -184,7 +222,7 @@ class Interceptor:
     def _record(self, p: _Pending, outcome: Any, latency_ms: float, *, corrupted: bool = False) -> None:
         if self.recorder is None:
             return
-        faults = [e.fault_name for e in p.decision.events] if p.decision else []
+        faults = [e.fault_name for e in p.faults]
         self.recorder.call(
             CallRecord(
                 ts=time.time(),

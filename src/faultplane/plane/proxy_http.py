@@ -167,13 +167,13 @@ class _Relay:
             )
         data = await resp.aread()
         await resp.aclose()
-        answer = self.interceptor.on_server_frame(data, scope)
+        # One HTTP body carries one JSON message, so a duplicate fault has nothing to repeat here.
+        answer = self.interceptor.on_server_frame(data, scope, can_duplicate=False)
         self.interceptor.abandon(key, "rpc_error")  # a no-op unless the body did not answer the request
         if not answer.frames:
             return StreamingResponse(self._never(), status_code=resp.status_code, headers=headers)
         if answer.hold_s is not None:
             await self._hold(answer.hold_s)
-        # One HTTP body carries one JSON message, so a duplicate fault has nothing to repeat here.
         out = data if answer.frames[0] is None else answer.frames[0]
         return Response(
             out, status_code=resp.status_code, headers=headers, background=BackgroundTask(self._tick)

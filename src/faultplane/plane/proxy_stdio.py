@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -148,10 +149,11 @@ async def run_stdio_proxy(
     held: list[list[bytes]] = []  # responses held back by a reorder fault; a list each, so equal bytes differ
     child_stdin_open = True
 
-    def deliver(frame: bytes) -> None:
+    def deliver(frame: bytes, *, response: bool = True) -> None:
         write_client(frame)
-        if held:
-            # A held response goes out right after the next one: that is the reorder.
+        if held and response:
+            # A held response goes out right after the next response: that is the reorder. Notifications
+            # and server->client requests do not release it.
             for h in held:
                 write_client(h[0])
             held.clear()
@@ -214,8 +216,9 @@ async def run_stdio_proxy(
                 break
             action = interceptor.on_server_frame(line)
             if action.hold_s is None:
+                response = not held or _is_response(line)  # parsed only while something is held
                 for frame in action.frames:
-                    deliver(line if frame is None else frame + b"\n")
+                    deliver(line if frame is None else frame + b"\n", response=response)
             else:
                 for frame in action.frames:
                     entry = [line if frame is None else frame + b"\n"]
@@ -258,6 +261,16 @@ async def run_stdio_proxy(
             if recorder is not None:
                 await anyio.to_thread.run_sync(lambda: recorder.flush(final=True))
     return code
+
+
+def _is_response(line: bytes) -> bool:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(msg, dict) and "id" in msg and "method" not in msg and ("result" in msg or "error" in msg)
+    )
 
 
 async def _stop(process: anyio.abc.Process) -> int:

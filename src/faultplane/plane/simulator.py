@@ -156,15 +156,19 @@ class _Sim:
         delay = d.delay_s * 1000.0 if d else 0.0
         response: dict[str, Any] | None
         corrupted = False
+        faults = [e.fault_name for e in d.immediate_events] if d else []
         if d is not None and d.reply is not None:
             response, latency = d.reply, delay + 1.0
         elif d is not None and d.drop_response:
             response, latency = None, float("inf")
+            faults += [d.timeout_event.fault_name] if d.timeout_event else []
         else:
             response = self._answer(route, rid)
             latency = delay + self._base_latency(route, rid)
             if d is not None:
-                mutated = self.engine.on_response(response, d)
+                # Calls run one after another here: a duplicate or held answer changes nothing.
+                mutated, effective = self.engine.respond(response, d, can_duplicate=False, can_hold=False)
+                faults += [e.fault_name for e in effective]
                 if mutated is not None:
                     response, corrupted = mutated, True
         outcome = outcome_of(response)
@@ -181,7 +185,7 @@ class _Sim:
                 request_id=str(rid),
                 outcome=outcome,
                 latency_ms=latency,
-                faults=[e.fault_name for e in d.events] if d else [],
+                faults=faults,
                 corrupted=corrupted,
                 task_id=task_id,
             )
