@@ -91,6 +91,8 @@ def _ts(epoch: float) -> datetime:
 class Recorder:
     """Buffers fault events and call records for one proxy session; thread-safe appends."""
 
+    max_buffered = 100_000  # per kind; a store that stays unavailable must not grow the proxy without bound
+
     def __init__(
         self,
         *,
@@ -117,6 +119,7 @@ class Recorder:
         self._session_written = False
         self.fault_count = 0
         self.call_count = 0
+        self.dropped = 0  # records given up on because the store stayed unavailable and the buffer filled
 
     def faults(self, events: list[FaultEvent]) -> None:
         with self._lock:
@@ -129,7 +132,12 @@ class Recorder:
             self.call_count += 1
 
     def flush(self, *, final: bool = False) -> None:
-        """Write what is buffered, from a worker thread. Never raises: a lost record beats a dead proxy."""
+        """Write what is buffered, from a worker thread. Never raises: a lost record beats a dead proxy.
+
+        When the store stays busy past its retry deadline (another process holds the file), the unwritten
+        part of the batch goes back to the front of the buffer and is tried again at the next flush, so a
+        busy store delays records instead of losing them; only past `max_buffered` are the oldest dropped.
+        """
         if not self.enabled:
             return
         with self._flush_lock:
@@ -157,37 +165,57 @@ class Recorder:
                         ],
                     )
                     self._session_written = True
-                store.insert(
-                    "plane_fault_events",
-                    [
-                        {
-                            "session_id": self.session_id,
-                            "ts": _ts(e.ts),
-                            "fault_type": e.fault_type,
-                            "fault_name": e.fault_name,
-                            "method": e.method,
-                            "tool": e.tool,
-                            "request_id": e.request_id,
-                            "seed": e.seed,
-                            "detail": e.detail,
-                        }
-                        for e in events
-                    ],
-                )
-                rows = []
-                for c in calls:
-                    row = c.as_row()
-                    row["ts"] = _ts(c.ts)
-                    row["session_id"] = self.session_id
-                    rows.append(row)
-                store.insert("plane_calls", rows)
+                store.insert("plane_fault_events", [self._event_row(e) for e in events])
+                events = []  # written: a failure further down must not write them twice
+                store.insert("plane_calls", [self._call_row(c) for c in calls])
+                calls = []
                 if final:
                     store.execute(
                         "UPDATE plane_sessions SET ended_at = ? WHERE session_id = ?",
                         [_ts(time.time()), self.session_id],
                     )
-            except Exception:
-                log.exception("plane recorder: could not write %d events, %d calls", len(events), len(calls))
+            except Exception as exc:
+                self._keep(events, calls, exc, final)
+
+    def _keep(self, events: list[FaultEvent], calls: list[CallRecord], exc: Exception, final: bool) -> None:
+        with self._lock:
+            self._events[:0] = events
+            self._calls[:0] = calls
+            over_e = max(0, len(self._events) - self.max_buffered)
+            over_c = max(0, len(self._calls) - self.max_buffered)
+            del self._events[:over_e]
+            del self._calls[:over_c]
+            self.dropped += over_e + over_c
+            pending = len(self._events) + len(self._calls)
+        if final:
+            log.error(
+                "plane recorder: store unavailable at shutdown (%s); %d records not written", exc, pending
+            )
+        else:
+            log.warning(
+                "plane recorder: store unavailable (%s); %d records kept for the next flush", exc, pending
+            )
+        if over_e or over_c:
+            log.error("plane recorder: buffer full, dropped the %d oldest records", over_e + over_c)
+
+    def _event_row(self, e: FaultEvent) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "ts": _ts(e.ts),
+            "fault_type": e.fault_type,
+            "fault_name": e.fault_name,
+            "method": e.method,
+            "tool": e.tool,
+            "request_id": e.request_id,
+            "seed": e.seed,
+            "detail": e.detail,
+        }
+
+    def _call_row(self, c: CallRecord) -> dict[str, Any]:
+        row = c.as_row()
+        row["ts"] = _ts(c.ts)
+        row["session_id"] = self.session_id
+        return row
 
 
 def load_session(
