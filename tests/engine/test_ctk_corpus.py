@@ -23,11 +23,13 @@ def test_corpus_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-async def test_ctk_experiment(name: str, http_service: str, store: Store) -> None:
+async def test_ctk_experiment(name: str, http_service: str, store: Store, tmp_path: Path) -> None:
     status, before, after = EXPECTED[name]
     path = CORPUS / name
-    assert validate_experiment(path, variables={"base_url": http_service}).valid
-    result = await run_experiment(path, variables={"base_url": http_service}, store=store)
+    # files the experiments touch live in this test's own directory, so parallel runs cannot collide
+    variables = {"base_url": http_service, "flag": str(tmp_path / "flag")}
+    assert validate_experiment(path, variables=variables).valid
+    result = await run_experiment(path, variables=variables, store=store)
     assert (result.status, result.steady_state_before, result.steady_state_after) == (
         status,
         before,
@@ -42,5 +44,9 @@ async def test_ctk_experiment(name: str, http_service: str, store: Store) -> Non
         assert "not-a-real-token" not in str(journal)  # secrets never reach the journal
     if name.startswith("13-"):
         assert [r["activity"]["name"] for r in journal["rollbacks"]] == ["cleanup"]
+    if name.startswith("14-"):
+        assert journal["experiment"]["configuration"]["flag"] == str(tmp_path / "flag")
+        assert [r["activity"]["name"] for r in journal["rollbacks"]] == ["remove-flag"]
+        assert not (tmp_path / "flag").exists()  # the rollback removed it
     if name.startswith("15-"):
         assert journal["run"][0]["status"] == "timeout"
