@@ -11,8 +11,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import psutil
+import psycopg
 import pytest
+import redis
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, get_activity
@@ -33,6 +36,50 @@ CONTROLLER = textwrap.dedent(
     anyio.run(main)
     """
 )
+
+
+# A controller that runs driver actions (JSON list of [driver, name, arguments]), prints their results and then
+# hangs mid-fault, never reverting: the test kills (SIGKILL) or freezes (SIGSTOP) it.
+STEPS_CONTROLLER = textwrap.dedent(
+    """
+    import json, sys, time, anyio
+    from faultplane.drivers.base import ActivityContext, get_activity
+
+    async def main():
+        ctx = ActivityContext(run_id="ctl", configuration={"lease_ttl_s": float(sys.argv[2])})
+        for driver, name, args in json.loads(sys.argv[1]):
+            out = await get_activity(driver, name).invoke(ctx, args)
+            print(json.dumps(out), flush=True)
+        print("injected", flush=True)
+        time.sleep(120)
+
+    anyio.run(main)
+    """
+)
+
+
+def _run_steps(
+    steps: list[list[object]], ttl: float, env: dict[str, str]
+) -> tuple[subprocess.Popen[str], list]:  # type: ignore[type-arg]
+    ctl = subprocess.Popen(
+        [sys.executable, "-c", STEPS_CONTROLLER, json.dumps(steps), str(ttl)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert ctl.stdout is not None
+    outs = []
+    for _ in steps:
+        line = ctl.stdout.readline()
+        assert line, f"controller exited with {ctl.wait(5)} before finishing its steps"
+        outs.append(json.loads(line))
+    assert ctl.stdout.readline().strip() == "injected"
+    return ctl, outs
+
+
+def _watchdog_log() -> str:
+    log = leases.lease_dir() / "watchdog.log"
+    return log.read_text() if log.exists() else ""
 
 
 def _status(pid: int) -> str:
@@ -197,3 +244,164 @@ def test_unknown_recipe_or_unserialisable_args_are_refused() -> None:
             start_watchdog=False,
         )
     assert leases.list_leases() == []
+
+
+# --- mid-fault controller death for real servers ----------------------------------------------------------------
+
+
+@pytest.fixture
+def small_redis(redis_server):  # type: ignore[no-untyped-def]
+    """The session's redis-server with maxclients 20 for this test (an admin connection is kept open)."""
+    admin = redis.Redis.from_url(redis_server.url, socket_timeout=10)
+    admin.config_set("maxclients", 20)
+    yield redis_server, admin
+    admin.config_set("maxclients", 200)
+    admin.close()
+
+
+def _redis_ping(url: str) -> str:
+    try:
+        with redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2) as c:
+            return "ok" if c.ping() else "no"
+    except redis.RedisError as exc:
+        return str(exc)
+
+
+@pytest.mark.redis
+def test_redis_exhaustion_of_every_slot_is_reverted_after_the_controller_is_killed(
+    small_redis, lease_env
+) -> None:  # type: ignore[no-untyped-def]
+    server, admin = small_redis
+    ttl = 3.0
+    ctl, [out] = _run_steps([["redis", "exhaust_connections", {"url": server.url}]], ttl, lease_env)
+    try:
+        assert out["held"] >= 15 and "max number of clients" in out["stopped_by"]
+        # Every slot is taken: a new client (the revert included, had it needed one) is turned away.
+        assert "max number of clients reached" in _redis_ping(server.url)
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(5)
+        took = _wait(lambda: _redis_ping(server.url) == "ok", ttl + 5)
+        assert took is not None, "new clients still cannot connect after the controller died"
+        assert _wait(lambda: "is gone; reverted" in _watchdog_log(), 5) is not None, _watchdog_log()
+        names = [c.get("name") for c in admin.client_list()]
+        assert out["client_name"] not in names
+        assert leases.list_leases() == []
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+        _stop_watchdog()
+
+
+@pytest.mark.postgres
+def test_postgres_exhaustion_by_a_non_superuser_is_reverted_when_the_controller_hangs(
+    postgres_server, lease_env
+) -> None:  # type: ignore[no-untyped-def]
+    # superuser_reserved_connections does not help a normal user: the fault takes every slot it can get.
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as c:
+        if not c.execute("SELECT 1 FROM pg_roles WHERE rolname = 'app'").fetchone():
+            c.execute("CREATE ROLE app LOGIN")
+    app_dsn = postgres_server.dsn.replace("postgres@", "app@")
+
+    def app_connects() -> str:
+        try:
+            with psycopg.connect(app_dsn, connect_timeout=2) as c:
+                c.execute("SELECT 1")
+            return "ok"
+        except psycopg.OperationalError as exc:
+            return str(exc)
+
+    ttl = 2.0
+    ctl, [out] = _run_steps([["postgres", "exhaust_connections", {"dsn": app_dsn}]], ttl, lease_env)
+    try:
+        assert out["held"] > 40
+        assert "remaining connection slots" in app_connects()
+        time.sleep(ttl * 1.5)
+        assert "remaining connection slots" in app_connects()  # renewed while the controller lives
+        ctl.send_signal(signal.SIGSTOP)  # hung, not dead: its renewals stop and the lease runs out
+        took = _wait(lambda: app_connects() == "ok", ttl + 8)
+        assert took is not None, "the app still cannot connect after the lease ran out"
+        assert _wait(lambda: "expired; reverted" in _watchdog_log(), 5) is not None, _watchdog_log()
+        with psycopg.connect(postgres_server.dsn, autocommit=True) as c:
+            left = c.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [out["application_name"]]
+            ).fetchone()
+        assert left == (0,)
+    finally:
+        ctl.kill()
+        ctl.wait(5)
+        _stop_watchdog()
+
+
+def test_standalone_netproxy_latency_and_route_are_reverted_when_the_controller_hangs(lease_env) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import threading
+
+    echo_srv = socket.create_server(("127.0.0.1", 0))
+    up = echo_srv.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = echo_srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=_echo, args=(c,), daemon=True).start()
+
+    def _echo(c: socket.socket) -> None:
+        with c:
+            while data := c.recv(65536):
+                c.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    proxy = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "faultplane.drivers.netproxy", "--name", "db"),
+            *("--upstream", f"127.0.0.1:{up}", "--control", "127.0.0.1:0", "--no-registry"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=lease_env,
+    )
+    ctl = None
+    try:
+        info = json.loads(proxy.stdout.readline())  # type: ignore[union-attr]
+        control, port = info["control"], int(info["routes"][0]["listen"].rsplit(":", 1)[1])
+
+        def rtt() -> float:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                t0 = time.perf_counter()
+                s.sendall(b"ping")
+                got = b""
+                while len(got) < 4:
+                    got += s.recv(4)
+                return time.perf_counter() - t0
+
+        assert rtt() < 0.2
+        ttl = 2.0
+        steps = [
+            [
+                "netproxy",
+                "create_route",
+                {"control_url": control, "name": "extra", "upstream": f"127.0.0.1:{up}"},
+            ],
+            ["netproxy", "latency", {"control_url": control, "route": "db", "latency_ms": 400}],
+        ]
+        ctl, _ = _run_steps(steps, ttl, lease_env)
+        assert rtt() >= 0.4
+        assert sorted(r["name"] for r in httpx.get(f"{control}/routes").json()) == ["db", "extra"]
+        ctl.send_signal(signal.SIGSTOP)
+        took = _wait(lambda: httpx.get(f"{control}/routes/db").json()["toxics"] == [], ttl + 8)
+        assert took is not None, "the latency toxic outlived the hung controller's lease"
+        assert rtt() < 0.2
+        assert (
+            _wait(lambda: [r["name"] for r in httpx.get(f"{control}/routes").json()] == ["db"], 5) is not None
+        )
+        assert _wait(lambda: _watchdog_log().count("expired; reverted") == 2, 5) is not None, _watchdog_log()
+    finally:
+        if ctl is not None:
+            ctl.kill()
+            ctl.wait(5)
+        proxy.terminate()
+        proxy.wait(10)
+        echo_srv.close()
+        _stop_watchdog()

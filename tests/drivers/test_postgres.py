@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -56,7 +58,8 @@ async def test_exhaust_connections_fills_the_pool_and_rollback_frees_it(postgres
     ctx = ActivityContext(run_id="pg2")
     try:
         out = await act("exhaust_connections").invoke(ctx, {"dsn": dsn})
-        assert out["held"] == out["requested"] > 10
+        assert out["held"] > 10 and "too many clients" in out["stopped_by"]
+        assert "3 superuser-reserved slot(s) left free" in out["stopped_by"]
         app_dsn = postgres_server.dsn.replace("postgres@", "app@")
         with pytest.raises(psycopg.OperationalError, match=r"remaining connection slots|too many clients"):
             psycopg.connect(app_dsn, connect_timeout=3).close()
@@ -77,19 +80,41 @@ async def test_exhaust_lease_recipe_frees_connections_from_another_process(postg
     dsn = postgres_server.dsn
     ctx = ActivityContext(run_id="pg3")
     out = await act("exhaust_connections").invoke(ctx, {"dsn": dsn, "connections": 5})
-    [lease] = leases.list_leases()
-    # What the watchdog would run for a hung controller: terminate by the fault's application_name.
-    from faultplane.drivers.postgres import _terminate_tagged
-
-    assert _terminate_tagged(lease.args["dsn"], lease.args["application_name"]) == 5
+    assert out["held"] == 5
     count_probe = get_activity("postgres", "connection_count")
     args = {"dsn": dsn, "application_name": out["application_name"]}
-    for _ in range(100):  # backends exit asynchronously after pg_terminate_backend
-        if await count_probe.invoke(ctx, args) == 0:
-            break
-        time.sleep(0.02)
-    assert await count_probe.invoke(ctx, args) == 0
-    await ctx.revert_all()
+    assert await count_probe.invoke(ctx, args) == 5
+    # What the watchdog does for a dead or hung controller, from another process: run the lease's recipe.
+    reap = subprocess.run(
+        [sys.executable, "-m", "faultplane.drivers.leases", "reap", "--force"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert reap.returncode == 0, reap.stderr
+    assert await count_probe.invoke(ctx, args) == 0  # the recipe waits until the backends are gone
+    assert leases.list_leases() == []
+    assert [e for _, e in await ctx.revert_all()] == [None]  # the lease is gone: nothing left to do
+
+
+async def test_exhaust_leave_free_leaves_exactly_that_many_slots(postgres_server) -> None:  # type: ignore[no-untyped-def]
+    dsn = postgres_server.dsn
+    ctx = ActivityContext(run_id="pg3b")
+    try:
+        out = await act("exhaust_connections").invoke(ctx, {"dsn": dsn, "leave_free": 2})
+        assert out["held"] == out["opened"] - 2 > 10
+        assert "3 superuser-reserved slot(s) left free" in out["stopped_by"]
+        conns = [psycopg.connect(dsn, connect_timeout=3) for _ in range(5)]
+        with pytest.raises(psycopg.OperationalError, match="too many clients"):
+            psycopg.connect(dsn, connect_timeout=3).close()
+        for c in conns[2:]:
+            c.close()
+        with pytest.raises(psycopg.OperationalError, match=r"remaining connection slots|too many clients"):
+            psycopg.connect(dsn.replace("postgres@", "app@"), connect_timeout=3).close()
+        for c in conns[:2]:
+            c.close()
+    finally:
+        await ctx.revert_all()
 
 
 async def test_lock_table_blocks_writers_until_rollback(postgres_server) -> None:  # type: ignore[no-untyped-def]
@@ -146,3 +171,27 @@ async def test_unreachable_server_error_names_the_dsn() -> None:
         await get_activity("postgres", "connection_count").invoke(
             ActivityContext(), {"dsn": "postgresql://postgres@127.0.0.1:1/postgres"}
         )
+
+
+async def test_query_latency_runs_read_only_and_refuses_writes(postgres_server) -> None:  # type: ignore[no-untyped-def]
+    dsn = postgres_server.dsn
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS fp_ro; CREATE TABLE fp_ro (x int)")
+    probe = get_activity("postgres", "query_latency")
+    ctx = ActivityContext()
+    with pytest.raises(
+        DriverError, match=r"query: cannot execute INSERT in a read-only transaction.*READ ONLY"
+    ):
+        await probe.invoke(ctx, {"dsn": dsn, "query": "INSERT INTO fp_ro VALUES (1)"})
+    with pytest.raises(DriverError, match="read-only transaction"):
+        await probe.invoke(
+            ctx, {"dsn": dsn, "query": "INSERT INTO fp_ro VALUES (2)", "include_connect": True}
+        )
+    # A read-write switch is rolled back with its sample, so it cannot open the way for the next one.
+    with pytest.raises(DriverError, match="read-only transaction"):
+        await probe.invoke(ctx, {"dsn": dsn, "query": "CREATE TABLE fp_ro2 (x int)"})
+    out = await probe.invoke(ctx, {"dsn": dsn, "query": "SELECT count(*) FROM fp_ro", "samples": 3})
+    assert out["samples"] == 3
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM fp_ro").fetchone() == (0,)
+        assert c.execute("SELECT to_regclass('fp_ro2')").fetchone() == (None,)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -112,6 +114,47 @@ async def test_evict_refuses_too_many_candidates(redis_server, r) -> None:  # ty
     with pytest.raises(DriverError, match="max_keys"):
         await act("evict_keys").invoke(ActivityContext(), {"url": redis_server.url, "max_keys": 2})
     assert r.dbsize() == 5
+
+
+async def test_exhaust_leave_free_and_revert_frees_from_another_process(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    r.config_set("maxclients", 20)
+    ctx = ActivityContext(run_id="r4b")
+    try:
+        out = await act("exhaust_connections").invoke(ctx, {"url": redis_server.url, "leave_free": 2})
+        assert out["held"] == out["opened"] - 2 >= 10
+        extra = [redis.Redis.from_url(redis_server.url, single_connection_client=True) for _ in range(2)]
+        with pytest.raises(redis.ConnectionError, match="max number of clients"):
+            redis.Redis.from_url(redis_server.url, single_connection_client=True).ping()
+        for c in extra:
+            c.close()
+        # What the watchdog runs for a dead or hung controller, from another process.
+        reap = subprocess.run(
+            [sys.executable, "-m", "faultplane.drivers.leases", "reap", "--force"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert reap.returncode == 0, reap.stderr
+        names = [c.get("name") for c in r.client_list()]
+        assert out["client_name"] not in names
+        assert [e for _, e in await ctx.revert_all()] == [None]
+    finally:
+        r.config_set("maxclients", 200)
+
+
+async def test_evict_rollback_keeps_values_the_app_wrote_during_the_fault(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    for i in range(6):
+        r.set(f"s:{i}", f"old{i}")
+    ctx = ActivityContext(run_id="r6")
+    out = await act("evict_keys").invoke(ctx, {"url": redis_server.url, "pattern": "s:*", "count": 6})
+    assert out["evicted"] == 6 and r.dbsize() == 0
+    # The app re-creates two evicted keys during the fault (a cache refill, a new write).
+    r.set("s:1", "new1")
+    r.hset("s:2", mapping={"f": "new"})
+    assert [e for _, e in await ctx.revert_all()] == [None]
+    assert r.get("s:1") == b"new1"
+    assert r.hgetall("s:2") == {b"f": b"new"}
+    assert [r.get(f"s:{i}") for i in (0, 3, 4, 5)] == [b"old0", b"old3", b"old4", b"old5"]
 
 
 async def test_probes(redis_server, r) -> None:  # type: ignore[no-untyped-def]

@@ -1,8 +1,10 @@
 """PostgreSQL faults and probes (psycopg 3, blocking calls in worker threads).
 
-Connections a fault holds open (pool exhaustion, a table lock) carry an ``application_name`` unique to the
-fault's lease, so the lease's revert recipe can end them from any process with ``pg_terminate_backend``
-even when the controller that opened them is hung rather than dead.
+Connections a fault holds open carry an ``application_name`` unique to the fault's lease. A table lock's
+connection is ended by the lease recipe with ``pg_terminate_backend`` from any process, even when the
+controller that opened it is hung rather than dead. Connection exhaustion holds its connections in a
+separate holder process (:mod:`faultplane.drivers.holder`) whose revert is to kill it: that needs no free
+slot, which a fault that took every slot (for a non-superuser, the reserved ones don't help) would not leave.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
+from faultplane.drivers.holder import kill_holder, spawn_holder
 from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
 
 __all__: list[str] = []
@@ -149,58 +152,76 @@ class ExhaustParams(_Dsn):
         default=None,
         ge=1,
         le=10_000,
-        description="connections to hold; omit to take every free non-superuser slot",
+        description="connections to hold; omit to take every slot the DSN's user can get",
+    )
+    leave_free: int = Field(
+        default=0,
+        ge=0,
+        description="slots to leave free when filling (the revert does not need one)",
     )
     duration_seconds: float | None = Field(
         default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
     )
 
 
-def _free_slots(dsn: str) -> int:
-    with _connect(dsn) as conn:
-        free = _scalar(
-            conn,
-            "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int"
-            " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
-        )
-    return max(0, int(free) + 1)  # +1: this query's own connection closes before the fault opens any
-
-
-def _open_many(dsn: str, tag: str, n: int) -> int:
-    opened: list[psycopg.Connection[Any]] = []
-    with _held_lock:
-        _held[tag] = opened
-    for _ in range(n):
+def _wait_gone(dsn: str, tag: str, timeout: float = 5.0) -> None:
+    """Wait (bounded) until the server has let the tagged backends go, so the slots are really free again
+    when the revert returns. Best effort: the revert itself never depends on getting a connection."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
-            c = psycopg.connect(
-                dsn, connect_timeout=_CONNECT_TIMEOUT_S, application_name=tag, autocommit=True
-            )
-        except psycopg.OperationalError:
-            break  # the server is full: that is the fault we want
-        with _held_lock:
-            opened.append(c)
-    return len(opened)
+            with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
+                left = _scalar(
+                    conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [tag]
+                )
+        except psycopg.Error:
+            left = -1
+        if left == 0:
+            return
+        time.sleep(0.02)
+
+
+@revert_recipe("postgres", "kill_holder")
+def _recipe_kill_holder(args: dict[str, Any]) -> None:
+    # The holder's sockets close when it dies, and the backends exit: no connection slot is needed, which
+    # matters when the fault took them all (a non-superuser cannot use the superuser-reserved ones).
+    if kill_holder(args["application_name"]) == 0:
+        # No holder left (it died some other way): end whatever backends still carry the tag.
+        with contextlib.suppress(DriverError, psycopg.Error):
+            _terminate_tagged(args["dsn"], args["application_name"])
+    _wait_gone(args["dsn"], args["application_name"])
 
 
 @action("postgres", "exhaust_connections", ExhaustParams, fault_type="resource_exhaustion")
 async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[str, Any]:
-    """Hold connections open so the server's pool runs out; rollback closes them."""
-    n = p.connections if p.connections is not None else await anyio.to_thread.run_sync(_free_slots, p.dsn)
+    """Hold connections open from a holder process so the server's slots run out; rollback kills the holder.
+
+    Killing it needs no free slot (its sockets close, the backends exit), so the revert — and the lease
+    watchdog when the controller is dead or hung — works even when every slot is taken.
+    """
     tag = _tag("hold")
+    what = p.connections if p.connections is not None else "every free slot"
     entry = leased_revert(
         ctx,
-        label=f"postgres: close {n} held connections ({tag})",
+        label=f"postgres: close held connections ({tag}, {what})",
         driver="postgres",
-        revert="terminate_tagged",
+        revert="kill_holder",
         args={"dsn": p.dsn, "application_name": tag},
-        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
     )
     try:
-        held = await anyio.to_thread.run_sync(_open_many, p.dsn, tag, n)
+        report = await anyio.to_thread.run_sync(
+            spawn_holder, "postgres", p.dsn, tag, p.connections, p.leave_free
+        )
     except BaseException:
         await revert_now(ctx, entry)
         raise
-    result: dict[str, Any] = {"requested": n, "held": held, "application_name": tag}
+    result: dict[str, Any] = {
+        "requested": p.connections,
+        "held": report["held"],
+        "opened": report["opened"],
+        "stopped_by": report["stopped_by"],
+        "application_name": tag,
+    }
     if p.duration_seconds:
         try:
             await anyio.sleep(p.duration_seconds)
@@ -338,26 +359,48 @@ class LatencyProbeParams(_Dsn):
     timeout_seconds: float = Field(default=30, gt=0, le=600)
 
 
+def _read_only_conn(dsn: str) -> psycopg.Connection[Any]:
+    conn = _connect(dsn, autocommit=False)
+    conn.read_only = True  # every transaction psycopg opens is BEGIN READ ONLY: the server refuses writes
+    return conn
+
+
+def _time_read_only(conn: psycopg.Connection[Any], query: str) -> None:
+    try:
+        cur = conn.execute(query)
+        if cur.description is not None:
+            cur.fetchall()
+    finally:
+        # Roll back every sample: nothing the query did (a SET, say) outlives it.
+        conn.rollback()
+
+
 @probe("postgres", "query_latency", LatencyProbeParams)
 def query_latency(ctx: ActivityContext, p: LatencyProbeParams) -> dict[str, float]:
-    """Time ``query`` ``samples`` times: p50/mean/max in milliseconds."""
+    """Time ``query`` ``samples`` times: p50/mean/max in milliseconds.
+
+    The query runs in a READ ONLY transaction, rolled back after each sample: a probe never changes data.
+    """
     out: list[float] = []
     deadline = time.monotonic() + p.timeout_seconds
-    conn = None if p.include_connect else _connect(p.dsn)
+    conn = None if p.include_connect else _read_only_conn(p.dsn)
     try:
         for _ in range(p.samples):
             if time.monotonic() > deadline:
                 break
             t0 = time.perf_counter()
             if p.include_connect:
-                with _connect(p.dsn) as c:
-                    c.execute(p.query).fetchall()
+                with _read_only_conn(p.dsn) as c:
+                    _time_read_only(c, p.query)
             else:
                 assert conn is not None
-                conn.execute(p.query).fetchall()
+                _time_read_only(conn, p.query)
             out.append((time.perf_counter() - t0) * 1000.0)
     except psycopg.Error as exc:
-        raise DriverError(f"query: {str(exc).strip()}") from None
+        msg = str(exc).strip()
+        if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+            msg += " (query_latency runs the query in a READ ONLY transaction; give it a read-only query)"
+        raise DriverError(f"query: {msg}") from None
     finally:
         if conn is not None:
             conn.close()

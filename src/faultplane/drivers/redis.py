@@ -1,7 +1,8 @@
 """Redis faults and probes (redis-py, blocking calls in worker threads).
 
-Held connections carry a client name unique to their lease, so the revert recipe can ``CLIENT KILL`` them
-from another process. Evicted keys are ``DUMP``-ed first and ``RESTORE``-d on rollback.
+Connection exhaustion holds its connections in a separate holder process (see
+:mod:`faultplane.drivers.holder`): the revert kills it, which needs no free connection slot. Evicted keys are
+``DUMP``-ed first and ``RESTORE``-d on rollback, unless the application re-created them meanwhile.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
+from faultplane.drivers.holder import kill_holder, spawn_holder
 from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
 
 __all__: list[str] = []
 
 _TIMEOUT_S = 5.0
-_held_lock = threading.Lock()
-_held: dict[str, list[redis.Redis]] = {}
 
 
 class _Url(BaseModel):
@@ -147,77 +147,75 @@ def _kill_named(url: str, name: str) -> int:
     return killed
 
 
-def _close_held(name: str) -> None:
-    with _held_lock:
-        clients = _held.pop(name, [])
-    for c in clients:
-        with contextlib.suppress(redis.RedisError):
-            c.close()
+def _named_left(url: str, name: str) -> int | None:
+    """How many clients named ``name`` the server still lists; None when it cannot be asked right now."""
+    try:
+        with _client(url, timeout=2.0) as r:
+            return sum(1 for c in r.client_list() if c.get("name") == name)
+    except redis.RedisError:
+        return None
 
 
 @revert_recipe("redis", "kill_named")
 def _recipe_kill_named(args: dict[str, Any]) -> None:
-    _close_held(args["name"])
-    _kill_named(args["url"], args["name"])
+    # Killing the holder process needs no free slot: the kernel closes its sockets and Redis drops the clients.
+    killed = kill_holder(args["name"])
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        left = _named_left(args["url"], args["name"])
+        if left == 0:
+            return
+        if left and not killed:
+            # No holder to kill (it died some other way) yet clients remain: end them by name.
+            with contextlib.suppress(redis.RedisError):
+                _kill_named(args["url"], args["name"])
+        time.sleep(0.02)
+    if not killed:
+        raise DriverError(f"redis: clients named {args['name']} are still connected and no holder was found")
 
 
 class ExhaustParams(_Url):
     connections: int | None = Field(
         default=None, ge=1, le=100_000, description="connections to hold; omit to fill up to maxclients"
     )
-    leave_free: int = Field(default=0, ge=0, description="slots to leave free when filling up to maxclients")
+    leave_free: int = Field(
+        default=0,
+        ge=0,
+        description="slots to leave free when filling up to maxclients (the revert does not need one)",
+    )
     duration_seconds: float | None = Field(default=None, gt=0, le=3600)
-
-
-def _open_many(url: str, name: str, n: int) -> int:
-    held: list[redis.Redis] = []
-    with _held_lock:
-        _held[name] = held
-    for _ in range(n):
-        c = _client(url, single_connection_client=True, client_name=name)
-        try:
-            c.ping()
-        except redis.RedisError:
-            c.close()
-            break  # maxclients reached: the fault is in place
-        with _held_lock:
-            held.append(c)
-    return len(held)
-
-
-def _room(url: str, leave_free: int) -> int:
-    with _client(url) as r:
-        maxclients = int(r.config_get("maxclients")["maxclients"])
-        connected = int(r.info("clients")["connected_clients"])
-    return max(0, maxclients - connected + 1 - leave_free)  # +1: this probe's own connection is about to go
 
 
 @action("redis", "exhaust_connections", ExhaustParams, fault_type="resource_exhaustion")
 async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[str, Any]:
-    """Hold connections open (client name tagged); rollback closes them or CLIENT KILLs them by name."""
-    try:
-        n = (
-            p.connections
-            if p.connections is not None
-            else await anyio.to_thread.run_sync(_room, p.url, p.leave_free)
-        )
-    except redis.RedisError as exc:
-        raise _err("maxclients", exc) from None
+    """Hold connections open (client name tagged) from a holder process, filling up to maxclients by default.
+
+    Rollback kills the holder; its sockets close and Redis frees the slots, so the revert works even when
+    every slot is taken, and the lease watchdog can run it when the controller is dead or hung.
+    """
     name = f"faultplane-hold-{uuid.uuid4().hex[:10]}"
+    what = p.connections if p.connections is not None else "maxclients"
     entry = leased_revert(
         ctx,
-        label=f"redis: close {n} held connections ({name})",
+        label=f"redis: close held connections ({name}, up to {what})",
         driver="redis",
         revert="kill_named",
         args={"url": p.url, "name": name},
-        fn=lambda: anyio.to_thread.run_sync(_close_held, name),
     )
     try:
-        held = await anyio.to_thread.run_sync(_open_many, p.url, name, n)
+        report = await anyio.to_thread.run_sync(
+            spawn_holder, "redis", p.url, name, p.connections, p.leave_free
+        )
     except BaseException:
         await revert_now(ctx, entry)
         raise
-    result: dict[str, Any] = {"requested": n, "held": held, "client_name": name}
+    result: dict[str, Any] = {
+        "requested": p.connections,
+        "held": report["held"],
+        "opened": report["opened"],
+        "stopped_by": report["stopped_by"],
+        "client_name": name,
+    }
     if p.duration_seconds:
         try:
             await anyio.sleep(p.duration_seconds)
@@ -231,13 +229,23 @@ async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[st
 
 
 @revert_recipe("redis", "restore_keys")
-def _recipe_restore(args: dict[str, Any]) -> None:
+def _recipe_restore(args: dict[str, Any]) -> dict[str, int]:
+    """RESTORE each evicted key that is still absent. No REPLACE: a key the application wrote again during
+    the fault holds newer data than our snapshot, so Redis refuses it with BUSYKEY and the app's value stays."""
+    restored = kept = 0
     with _client(args["url"]) as r:
         pipe = r.pipeline(transaction=False)
         for key_b64, ttl, dump_b64 in args["keys"]:
             key, dump = base64.b64decode(key_b64), base64.b64decode(dump_b64)
-            pipe.restore(key, max(0, int(ttl)), dump, replace=True)
-        pipe.execute()
+            pipe.restore(key, max(0, int(ttl)), dump)
+        for res in pipe.execute(raise_on_error=False):
+            if not isinstance(res, Exception):
+                restored += 1
+            elif str(res).startswith("BUSYKEY") or "Target key name already exists" in str(res):
+                kept += 1
+            else:
+                raise res
+    return {"restored": restored, "kept_app_value": kept}
 
 
 class EvictParams(_Url, BlastRadius):
