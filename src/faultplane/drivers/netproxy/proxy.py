@@ -315,11 +315,14 @@ class _ClientSide(_Side):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if self.route.refusing:
+        refused = self.route.refuses_new()
+        if refused is True:
             _rst(transport)
             return
         _tune(transport)
         self.link = Link(self.route, transport)
+        for t in refused or ():
+            self.link.decisions[t.name] = False  # rolled and spared: a refuse partition never touches it
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.link is not None:
@@ -479,7 +482,13 @@ class Route:
     toxics: dict[str, Toxic] = field(default_factory=dict)
     links: set[Link] = field(default_factory=set)
     stats: dict[str, int] = field(
-        default_factory=lambda: {"connections": 0, "upstream": 0, "downstream": 0, "upstream_failures": 0}
+        default_factory=lambda: {
+            "connections": 0,
+            "upstream": 0,
+            "downstream": 0,
+            "upstream_failures": 0,
+            "refused": 0,
+        }
     )
     logger: Callable[[str], None] | None = None
 
@@ -487,7 +496,8 @@ class Route:
         self.rng = random.Random(self.seed)
         self.by_stream: dict[str, tuple[Toxic, ...]] = {"upstream": (), "downstream": ()}
         self.partition: NetworkPartition | None = None
-        self.refusing = False
+        self.refuse_toxics: tuple[NetworkPartition, ...] = ()
+        self.refusing = False  # listener closed by a refuse partition of toxicity 1
         self._server: asyncio.Server | None = None
         self._poller: asyncio.Task[None] | None = None
         self._registry_toxics: set[str] = set()
@@ -544,13 +554,34 @@ class Route:
 
     # -- toxics ---------------------------------------------------------------------------------------------
     def _rebuild(self) -> None:
+        def _refuse(t: Toxic) -> bool:
+            return isinstance(t, NetworkPartition) and t.mode == "refuse"
+
+        # A refuse partition acts on connections (reset or refused), never on bytes: it stays off the data path.
         self.by_stream = {
-            s: tuple(t for t in self.toxics.values() if t.stream == s or isinstance(t, NetworkPartition))
+            s: tuple(
+                t
+                for t in self.toxics.values()
+                if not _refuse(t) and (t.stream == s or isinstance(t, NetworkPartition))
+            )
             for s in ("upstream", "downstream")
         }
         parts = [t for t in self.toxics.values() if isinstance(t, NetworkPartition)]
-        refuse = next((t for t in parts if t.mode == "refuse"), None)
-        self.partition = refuse or (parts[0] if parts else None)
+        self.refuse_toxics = tuple(t for t in parts if t.mode == "refuse")
+        # The blackhole partition new connections are held by (never connected upstream), if any.
+        self.partition = next((t for t in parts if t.mode == "blackhole"), None)
+
+    def refuses_new(self) -> bool | tuple[NetworkPartition, ...]:
+        """Whether a connection just accepted is refused: True (reset it now), or the refuse partitions it
+        was rolled against and spared. Each refuse partition of toxicity p refuses that share of new
+        connections (accepted, then reset at once); at toxicity 1 the listener is closed altogether."""
+        if self.refusing:
+            return True
+        for t in self.refuse_toxics:
+            if t.toxicity >= 1.0 or self.rng.random() < t.toxicity:
+                self.stats["refused"] += 1
+                return True
+        return self.refuse_toxics
 
     async def add_toxic(self, toxic: Toxic) -> Toxic:
         if toxic.name in self.toxics:
@@ -561,11 +592,12 @@ class Route:
         self._rebuild()
         for link in list(self.links):
             link.toxic_added(toxic)
-        if isinstance(toxic, NetworkPartition) and toxic.mode == "refuse" and not self.refusing:
-            self.refusing = True
-            if self._server is not None:
-                self._server.close()  # new connections now get ECONNREFUSED from the kernel
-                self._server = None
+        if isinstance(toxic, NetworkPartition) and toxic.mode == "refuse":
+            if toxic.toxicity >= 1.0 and not self.refusing:
+                self.refusing = True
+                if self._server is not None:
+                    self._server.close()  # new connections now get ECONNREFUSED from the kernel
+                    self._server = None
             for link in list(self.links):
                 if link.applies(toxic):
                     link.reset()
@@ -585,7 +617,7 @@ class Route:
                 for link in list(self.links):
                     if link.upstream is None and link.connector is None:
                         link.close()
-            if self.refusing and (self.partition is None or self.partition.mode != "refuse"):
+            if self.refusing and not any(t.toxicity >= 1.0 for t in self.refuse_toxics):
                 self.refusing = False
                 if self.started:
                     await self._listen()
