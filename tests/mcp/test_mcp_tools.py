@@ -149,7 +149,7 @@ async def test_inject_fault_contract(connect: ClientFactory, server_env: ServerE
         ("fault.register", "x"),
         ("fault.register", "x"),
         ("fault.register", "x"),
-        ("fault.explode", "x"),
+        ("fault.invalid", "x"),
         ("fault.register", "x"),
         ("fault.inject", "nope"),
         ("fault.remove", "slow-db"),
@@ -159,6 +159,100 @@ async def test_inject_fault_contract(connect: ClientFactory, server_env: ServerE
     inject_details = json.loads(audit["rows"][2][2])
     assert inject_details["was_triggered"] is True and isinstance(inject_details["seed"], int)
     assert json.loads(audit["rows"][3][2])["status"] == "error"
+
+
+# (arguments, the field the refusal must name, text the fix must contain)
+REFUSED_FAULT_CALLS: list[tuple[dict[str, Any], str, str]] = [
+    ({"fault_name": "x"}, "action", 'pass e.g. "register"'),
+    ({"action": "register", "fault_type": "error"}, "fault_name", "pass e.g."),
+    (
+        {"fault_name": "x", "action": "register", "fault_type": "error", "probability": "high"},
+        "probability",
+        "0.0 to 1.0",
+    ),
+    (
+        {"fault_name": "x", "action": "register", "fault_type": "error", "probability": 1.5},
+        "probability",
+        "0.0 to 1.0",
+    ),
+    (
+        {"fault_name": "x", "action": "register", "fault_type": "latency", "duration_seconds": "long"},
+        "duration_seconds",
+        "pass e.g. 0.5",
+    ),
+    ({"fault_name": 7, "action": "remove"}, "fault_name", "must be a string"),
+]
+
+
+async def test_refused_fault_calls_are_audited_and_explained(connect: ClientFactory) -> None:
+    """Arguments that break the published schema: an isError result naming the field and the fix, never
+    pydantic's text, and an audit row all the same (every call is audited, accepted or refused)."""
+    with anyio.fail_after(60):
+        async with connect() as c:
+            for args, field, fix in REFUSED_FAULT_CALLS:
+                r = await c.call_tool("chaos_inject_fault", args)
+                assert r.is_error, args
+                text = r.content[0].text  # type: ignore[union-attr]
+                assert text.startswith(f"{field}: "), text
+                assert "; fix: " in text and fix in text, text
+                assert "pydantic" not in text and "validation error" not in text, text
+                assert r.structured_content and r.structured_content["status"] == "error"
+                assert r.structured_content["error"] == text
+            audit = await ok(
+                c,
+                "chaos_analyze",
+                {"sql": "SELECT action, subject, details FROM audit WHERE action LIKE 'fault.%' ORDER BY ts"},
+            )
+    rows = audit["rows"]
+    assert len(rows) == len(REFUSED_FAULT_CALLS)
+    assert [(r[0], r[1]) for r in rows] == [
+        ("fault.invalid", "x"),
+        ("fault.register", ""),
+        ("fault.register", "x"),
+        ("fault.register", "x"),
+        ("fault.register", "x"),
+        ("fault.remove", "7"),
+    ]
+    for (args, field, _), row in zip(REFUSED_FAULT_CALLS, rows, strict=True):
+        details = json.loads(row[2])
+        assert details["status"] == "error" and details["refused"] is True
+        assert details["error"].startswith(f"{field}: ")
+        assert details["probability"] == args.get("probability")
+    # the refusals changed nothing
+    assert "x" not in json.dumps(await _active_faults(connect))
+
+
+async def _active_faults(connect: ClientFactory) -> list[dict[str, Any]]:
+    async with connect() as c:
+        return (await ok(c, "chaos_status"))["active_faults"]
+
+
+# other tools: wrong types, out-of-range values, missing required arguments
+REFUSED_OTHER_CALLS: list[tuple[str, dict[str, Any], str, str]] = [
+    ("chaos_analyze", {}, "sql", "pass e.g. "),
+    ("chaos_analyze", {"sql": "SELECT 1", "limit": 0}, "limit", "from 1 to 10000"),
+    ("chaos_analyze", {"sql": "SELECT 1", "limit": "many"}, "limit", "pass e.g. 200"),
+    ("chaos_get_journal", {"run_id": "abc", "format": "xml"}, "format", "one of json, toon"),
+    ("chaos_get_journal", {"format": "json"}, "run_id", "pass e.g. "),
+    ("chaos_run_experiment", {"experiment_name": "mcp-smoke", "dry_run": "yes"}, "dry_run", "true or false"),
+    ("chaos_run_experiment", {"experiment_name": "mcp-smoke", "variables": [1, 2]}, "variables", "an object"),
+    ("chaos_status", {"include_results": 3}, "include_results", "true or false"),
+    ("chaos_abort", {"run_id": 12}, "run_id", "a string"),
+    ("chaos_discover", {"driver": ["faults"]}, "driver", "a string"),
+]
+
+
+async def test_argument_errors_of_every_tool_name_the_field_and_the_fix(connect: ClientFactory) -> None:
+    with anyio.fail_after(60):
+        async with connect() as c:
+            for tool, args, field, hint in REFUSED_OTHER_CALLS:
+                text = await err(c, tool, args)
+                assert text.startswith(f"{field}: "), (tool, text)
+                assert "; fix: " in text and hint in text, (tool, text)
+                assert "pydantic" not in text and "Error executing tool" not in text, (tool, text)
+            # several problems at once: one line each
+            text = await err(c, "chaos_analyze", {"sql": 5, "limit": 0})
+            assert text.splitlines()[0].startswith("limit: ") and text.splitlines()[1].startswith("sql: ")
 
 
 async def test_inject_is_seeded_and_reproducible(server_env: ServerEnv) -> None:

@@ -23,9 +23,10 @@ from pydantic import BaseModel, Field
 
 from faultplane import __version__
 from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
+from faultplane.mcp_server.arguments import ArgumentCheck
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
-from faultplane.services.faults import list_faults, manage_fault
+from faultplane.services.faults import list_faults, manage_fault, record_refused_call
 
 __all__ = ["ServerConfig", "build_server"]
 
@@ -209,7 +210,11 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     @server.tool(annotations=_WRITE)
     async def chaos_inject_fault(
         fault_name: Annotated[
-            str, Field(description="name of the fault; fault points of this name apply it")
+            str,
+            Field(
+                description="name of the fault; fault points of this name apply it",
+                json_schema_extra={"examples": ["slow-database"]},
+            ),
         ],
         action: Annotated[
             str,
@@ -236,7 +241,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             float | None,
             Field(
                 description="latency/timeout: how long (default 1 s)",
-                json_schema_extra={"minimum": 0.0, "maximum": 3600.0},
+                json_schema_extra={"minimum": 0.0, "maximum": 3600.0, "examples": [0.5]},
             ),
         ] = None,
         error_message: Annotated[str | None, Field(description="error/timeout: the raised message")] = None,
@@ -393,7 +398,13 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
 
     @server.tool(annotations=_READ)
     async def chaos_get_journal(
-        run_id: Annotated[str, Field(description="the run id (a unique prefix is enough)")],
+        run_id: Annotated[
+            str,
+            Field(
+                description="the run id (a unique prefix is enough)",
+                json_schema_extra={"examples": ["3f2c9a1e"]},
+            ),
+        ],
         format: Annotated[
             str,
             Field(description="json (full) or toon (compact)", json_schema_extra={"enum": ["json", "toon"]}),
@@ -413,7 +424,13 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
 
     @server.tool(annotations=_READ)
     async def chaos_analyze(
-        sql: Annotated[str, Field(description="SQL over tables runs, activities, journals, audit")],
+        sql: Annotated[
+            str,
+            Field(
+                description="SQL over tables runs, activities, journals, audit",
+                json_schema_extra={"examples": ["SELECT status, count(*) FROM runs GROUP BY status"]},
+            ),
+        ],
         limit: Annotated[
             int,
             Field(description="maximum rows returned", json_schema_extra={"minimum": 1, "maximum": 10000}),
@@ -445,6 +462,15 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     from faultplane.mcp_server.tools_campaigns import register as register_campaigns
 
     register_campaigns(server, cfg)
+
+    async def refused_inject(arguments: Any, message: str) -> CallToolResult:
+        await anyio.to_thread.run_sync(
+            lambda: record_refused_call(arguments, message, actor=cfg.actor, store=cfg.store())
+        )
+        name = arguments.get("fault_name")
+        return _fault_error(name if isinstance(name, str) else "", ValueError(message))
+
+    server.middleware.append(ArgumentCheck(server, {"chaos_inject_fault": refused_inject}))
     return server
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -23,10 +24,26 @@ from faultplane.core.faults import (
     UnknownFaultError,
 )
 
-__all__ = ["ActiveFault", "FaultInputError", "FaultResult", "list_faults", "manage_fault"]
+__all__ = [
+    "ActiveFault",
+    "FaultInputError",
+    "FaultResult",
+    "list_faults",
+    "manage_fault",
+    "record_refused_call",
+]
 
 FaultAction = Literal["register", "inject", "remove"]
 _ACTIONS = ("register", "inject", "remove")
+_AUDITED = (
+    "action",
+    "fault_name",
+    "fault_type",
+    "probability",
+    "duration_seconds",
+    "error_message",
+    "target",
+)
 
 FaultInputError = FaultSpecError  # bad input: message is "field: problem; fix: ..."
 
@@ -193,3 +210,25 @@ def manage_fault(
         raise
     _audit(store, actor, action, fault_name, {**details, **result.model_dump(exclude_none=True)})
     return result
+
+
+def record_refused_call(
+    arguments: Mapping[str, Any], error: str, *, actor: str = "api", store: Any = None
+) -> None:
+    """Audit a call refused before `manage_fault` could run (its arguments broke the published schema).
+
+    The audit log holds every call, accepted or not; a refused call may lack its action or fault name, or carry
+    them with the wrong type, so both are recorded as sent and the action falls back to `invalid`.
+    """
+    action = arguments.get("action")
+    name = arguments.get("fault_name")
+    details = {k: arguments.get(k) for k in _AUDITED} | {"status": "error", "error": error, "refused": True}
+    if extra := {k: v for k, v in arguments.items() if k not in _AUDITED}:
+        details["arguments"] = extra
+    _audit(
+        store,
+        actor,
+        action if isinstance(action, str) and action in _ACTIONS else "invalid",
+        name if isinstance(name, str) else "" if name is None else json.dumps(name, default=str),
+        details,
+    )
