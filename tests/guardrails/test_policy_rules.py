@@ -13,6 +13,7 @@ from faultplane.core import approval as approvals
 from faultplane.core.policy import (
     Policy,
     PolicyError,
+    approval_hash,
     content_hash,
     evaluate,
     experiment_family,
@@ -279,7 +280,7 @@ def test_streak_counts_only_the_current_stage(store: Store) -> None:
 
 def test_approval_allows_a_skip_and_a_change_invalidates_it(store: Store) -> None:
     doc = base_experiment(blast_radius={"percent": 25})
-    granted = approvals.issue_approval(content_hash(doc), family=FAMILY, approver="alice")
+    granted = approvals.issue_approval(approval_hash(doc), family=FAMILY, approver="alice")
     decision = evaluate(doc, policy=Policy(), store=store)
     assert decision.allowed and decision.approved_by == "alice"
     changed = base_experiment(blast_radius={"percent": 25}, description="one more word")
@@ -292,7 +293,7 @@ def test_approval_allows_a_skip_and_a_change_invalidates_it(store: Store) -> Non
 
 def test_explicit_token_verifies(store: Store) -> None:
     doc = base_experiment(blast_radius={"percent": 25})
-    granted = approvals.issue_approval(content_hash(doc), family=FAMILY)
+    granted = approvals.issue_approval(approval_hash(doc), family=FAMILY)
     for f in approvals.approvals_dir().glob("*.json"):
         f.unlink()  # only the token itself now
     assert evaluate(doc, policy=Policy(), store=store, approval_token=granted.token).allowed
@@ -345,7 +346,7 @@ def test_risky_fault_types_need_approval(provider: dict[str, Any], why: str) -> 
     decision = evaluate(doc, policy=Policy(), store=None)
     assert [v.rule for v in decision.violations] == ["approval.required"]
     assert why in decision.violations[0].message
-    approvals.issue_approval(content_hash(doc), family=FAMILY)
+    approvals.issue_approval(approval_hash(doc), family=FAMILY)
     assert evaluate(doc, policy=Policy(), store=None).allowed
 
 
@@ -378,9 +379,13 @@ def test_policy_action_globs_need_approval(tmp_path: Path) -> None:
 
 def test_engine_hash_and_family_are_used_when_given() -> None:
     doc = base_experiment(blast_radius={"percent": 25})
+    approvals.issue_approval("a" * 64, family="fam")
+    d = evaluate(doc, policy=Policy(), store=None, content_hash="c" * 64, family="fam", approval_hash="a" * 64)
+    assert d.allowed and d.content_hash == "c" * 64 and d.family == "fam" and d.approval_hash == "a" * 64
+    # an approval of the content hash alone (the file as written) approves nothing
     approvals.issue_approval("c" * 64, family="fam")
     d = evaluate(doc, policy=Policy(), store=None, content_hash="c" * 64, family="fam")
-    assert d.allowed and d.content_hash == "c" * 64 and d.family == "fam"
+    assert not d.allowed
 
 
 # ---- the policy file ---------------------------------------------------------------------------------------

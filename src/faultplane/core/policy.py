@@ -46,7 +46,9 @@ __all__ = [
     "PolicyError",
     "Violation",
     "advice_after_run",
+    "approval_hash",
     "content_hash",
+    "effective_radius",
     "evaluate",
     "experiment_family",
     "find_forbidden",
@@ -318,6 +320,8 @@ class PolicyDecision:
     approval_required: list[str] = field(default_factory=list)
     approved_by: str | None = None
     green_streak: int = 0
+    approval_hash: str = ""  # what an approval of this run must be bound to (see approval_hash())
+    radius: dict[str, float | int] | None = None  # the cap on every target-selecting action of the run
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -333,6 +337,8 @@ class PolicyDecision:
             "approval_required": list(self.approval_required),
             "approved_by": self.approved_by,
             "green_streak": self.green_streak,
+            "approval_hash": self.approval_hash,
+            "radius": self.radius,
         }
 
     def summary(self) -> str:
@@ -353,6 +359,37 @@ def _content_hash(raw: Mapping[str, Any]) -> str:
 
 
 content_hash = _content_hash
+
+
+def _approval_hash(document: Mapping[str, Any], secret_values: Sequence[str] = ()) -> str:
+    """What an approval is bound to: the experiment as it will run (variables substituted, configuration at its
+    final values), with every secret value replaced by a digest of it.
+
+    Hashing the file as written would let one approval cover any `--var` values; hashing secrets in clear
+    would put them into a stored hash. A changed variable or a changed secret both change this hash."""
+    ordered = sorted({str(v) for v in secret_values if str(v)}, key=len, reverse=True)
+
+    def digest(value: str) -> str:
+        return "secret:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            for sv in ordered:
+                if sv in node:
+                    node = node.replace(sv, digest(sv))
+            return node
+        if isinstance(node, Mapping):
+            return {str(k): walk(v) for k, v in node.items()}
+        if isinstance(node, list | tuple):
+            return [walk(v) for v in node]
+        if isinstance(node, int | float) and not isinstance(node, bool) and str(node) in ordered:
+            return digest(str(node))  # a lone `${secret}` keeps the secret's type
+        return node
+
+    return _content_hash({"approval_of": "resolved experiment", "experiment": walk(document)})
+
+
+approval_hash = _approval_hash
 
 
 def _slug(text: str) -> str:
@@ -458,11 +495,19 @@ def _is_free_text(path: tuple[str | int, ...]) -> bool:
     if path[0] in _FREE_TEXT_TOP:
         return True
     last = path[-1]
-    if last == "name" and path[0] != "targets":
-        return True  # activity and gate names are labels for people; target names are targets
     if last in _FREE_TEXT_KEYS and not (last == "method" and len(path) == 1):
         return True
     return any(p == "tolerance" for p in path)
+
+
+def _is_title_name(node: Mapping[str, Any], path: tuple[str | int, ...]) -> bool:
+    """Is `node["name"]` a label for people (an activity's or a gate's own title)?
+
+    Only those are free text. Every other `name` selects something the fault acts on (a process name, a
+    deployment, a route, a host), so `arguments: {name: prod-api}` is scanned like any other value."""
+    if len(path) == 2 and path[0] == "slo_gates" and isinstance(path[1], int):
+        return True
+    return "provider" in node and node.get("type") in ("action", "probe")
 
 
 def _fmt_path(path: tuple[str | int, ...]) -> str:
@@ -482,10 +527,15 @@ def _norm_key(key: str) -> str:
 
 
 class _Scanner:
-    def __init__(self, rules: ForbiddenRules) -> None:
+    def __init__(self, rules: ForbiddenRules, secret_values: Sequence[str] = ()) -> None:
         self.rules = rules
         self.violations: list[Violation] = []
         self._seen: set[str] = set()
+        # a refusal must never echo a secret: findings in a string holding one name the place, not the value
+        self._secrets = sorted({str(v) for v in secret_values if len(str(v)) >= 3}, key=len, reverse=True)
+        self._redact: str | None = None
+        # inside `secrets:` a bare word is not a target (a password may read "production-…"); hosts and labels are
+        self._hosts_only = False
 
     # -- primitives
 
@@ -527,6 +577,8 @@ class _Scanner:
         if where in self._seen:
             return  # one finding per place is enough to refuse and to fix
         self._seen.add(where)
+        if self._redact is not None:
+            message = f"{self._redact} names production ({rule}); the value is secret and not shown here"
         self.violations.append(
             Violation(
                 rule=rule,
@@ -575,7 +627,20 @@ class _Scanner:
                 return True
         return False
 
+    @contextlib.contextmanager
+    def redacting(self, what: str) -> Iterator[None]:
+        outer = self._redact
+        self._redact = outer or what
+        try:
+            yield
+        finally:
+            self._redact = outer
+
     def check_string(self, path: tuple[str | int, ...], text: str, *, key: str | None = None) -> None:
+        if self._redact is None and any(s in text for s in self._secrets):
+            with self.redacting("this value (it contains a secret)"):
+                self.check_string(path, text, key=key)
+            return
         norm = normalize_text(text)
         variants = [norm]
         for extra in (normalize_text(text, camel=True), norm.translate(_QUOTES), norm.replace("0", "o")):
@@ -621,7 +686,7 @@ class _Scanner:
         for host in hosts:
             if self.check_host(path, host, shown):
                 return True
-        for token in _TOKEN_SPLIT.split(norm):
+        for token in [] if self._hosts_only else _TOKEN_SPLIT.split(norm):
             if not token:
                 continue
             hit = self.word_hit(token)
@@ -648,7 +713,7 @@ class _Scanner:
             for k, v in node.items():
                 key = str(k)
                 sub = (*path, key)
-                if _is_free_text(sub):
+                if _is_free_text(sub) or (key == "name" and _is_title_name(node, path)):
                     continue
                 if not self.is_label_key(key):
                     kn = normalize_text(key, camel=True)
@@ -660,7 +725,12 @@ class _Scanner:
                 val = _env_ref_value(v) if resolve_env and isinstance(v, Mapping) else None
                 if val is not None:
                     self.check_string((*sub, f"${v.get('key')}"), val, key=key)
-                if isinstance(v, str):
+                if isinstance(v, str) and self._hosts_only and key == "key" and node.get("type") == "env":
+                    # the NAME of the variable a secret comes from is no secret: `PROD_DB_DSN` counts in full
+                    self._hosts_only = False
+                    self.check_string(sub, v, key=key)
+                    self._hosts_only = True
+                elif isinstance(v, str):
                     self.check_string(sub, v, key=key)
                 elif isinstance(v, bool | int | float):
                     self.check_pair(sub, key, str(v).lower(), str(v))
@@ -689,13 +759,21 @@ def _clip(text: str, n: int = 80) -> str:
     return repr(text if len(text) <= n else text[: n - 1] + "…")
 
 
-def find_forbidden(raw: Mapping[str, Any], rules: ForbiddenRules | None = None) -> list[Violation]:
-    """Every place in the experiment that names a production target."""
-    scanner = _Scanner(rules or ForbiddenRules())
+def find_forbidden(
+    raw: Mapping[str, Any], rules: ForbiddenRules | None = None, *, secret_values: Sequence[str] = ()
+) -> list[Violation]:
+    """Every place in the experiment that names a production target.
+
+    `secret_values` are the resolved secrets: a string holding one is still scanned, but a finding there names
+    the field only. Secrets read from the environment (`{type: env, key: X}`) are scanned too, since a
+    production DSN arrives that way as easily as written out; those findings never show the value either."""
+    scanner = _Scanner(rules or ForbiddenRules(), secret_values)
     for key, value in raw.items():
         if key == "secrets":
-            # secret values stay unread (never echoed in a refusal); their references still count
-            scanner.walk(value, ("secrets",), resolve_env=False)
+            with scanner.redacting("the secret at this field"):
+                scanner._hosts_only = True
+                scanner.walk(value, ("secrets",), resolve_env=True)
+                scanner._hosts_only = False
         else:
             scanner.walk(value, (str(key),), resolve_env=key == "configuration")
     return scanner.violations
@@ -1024,6 +1102,73 @@ def _fault_types(
     return kinds, actions
 
 
+def effective_radius(
+    raw: Mapping[str, Any], stage: int | None, policy: Policy
+) -> dict[str, float | int] | None:
+    """The most any target-selecting action of this experiment may touch: the declared `blast_radius` size,
+    else the size of its stage (an undeclared radius is stage 0: the first stage's size)."""
+    br = raw.get("blast_radius")
+    if isinstance(br, Mapping):
+        for unit in ("percent", "count"):
+            amount = br.get(unit)
+            if isinstance(amount, int | float) and not isinstance(amount, bool) and amount > 0:
+                return {unit: amount}
+    stages = policy.blast_radius.stages
+    if stage is None or not 0 <= stage < len(stages):
+        return None
+    s = stages[stage]
+    return {k: v for k, v in (("percent", s.percent), ("count", s.count)) if v is not None}
+
+
+# an action's own size fields, and the radius unit each is compared with
+_ACTION_SIZE_FIELDS = (("percentage", "percent"), ("percent", "percent"), ("count", "count"))
+
+
+def _radius_violations(
+    raw: Mapping[str, Any],
+    stage: int | None,
+    radius: Mapping[str, float | int] | None,
+    targets_of: Callable[[str, str], bool] | None,
+) -> list[Violation]:
+    """Driver actions asking for more targets than the experiment's blast radius allows."""
+    if not radius:
+        return []
+    shown = " / ".join(f"{v:g}%" if k == "percent" else f"{v} target(s)" for k, v in radius.items())
+    where_stage = f"stage {stage}" if stage is not None else "its stage"
+    out: list[Violation] = []
+    for section in ("method", "rollbacks"):
+        for i, item in enumerate(raw.get(section) or []):
+            if not isinstance(item, Mapping) or not isinstance(item.get("provider"), Mapping):
+                continue
+            prov = item["provider"]
+            if prov.get("type") != "driver" or not isinstance(prov.get("arguments"), Mapping):
+                continue
+            driver, action = str(prov.get("driver")), str(prov.get("name"))
+            if targets_of is not None:
+                try:
+                    if not targets_of(driver, action):
+                        continue
+                except Exception:  # an unknown activity is the validator's business
+                    continue
+            args = prov["arguments"]
+            for arg, unit in _ACTION_SIZE_FIELDS:
+                amount, limit = args.get(arg), radius.get(unit)
+                if limit is None or not isinstance(amount, int | float) or isinstance(amount, bool):
+                    continue
+                if amount > limit:
+                    out.append(
+                        Violation(
+                            "blast_radius.action",
+                            f"{section}[{i}].provider.arguments.{arg}",
+                            f"activity {item.get('name')!r} ({driver}.{action}) asks for {arg} {amount:g}, "
+                            f"more than the experiment's blast radius ({shown}, {where_stage})",
+                            f"lower `{arg}` to at most {limit:g}, or widen `blast_radius` to the next stage "
+                            "once this one has run green",
+                        )
+                    )
+    return out
+
+
 # ---- the decision ----------------------------------------------------------------------------------------
 
 
@@ -1034,13 +1179,19 @@ def evaluate(
     store: Store | None,
     approval_token: str | None = None,
     fault_type_of: Callable[[str, str], str | None] | None = None,
+    targets_of: Callable[[str, str], bool] | None = None,
     content_hash: str | None = None,
     family: str | None = None,
+    approval_hash: str | None = None,
+    secret_values: Sequence[str] = (),
 ) -> PolicyDecision:
     """Decide whether this experiment may run now. Never raises on a malformed experiment: refuses it.
 
-    `content_hash`/`family` default to those of `raw`; the engine passes its plan's own so that the hash an
-    approval is bound to is the one recorded in the journal and the `runs` table.
+    `raw` is the experiment as it will run (variables substituted). `content_hash`/`family` default to those
+    of `raw`; the engine passes its plan's own so the journal and the `runs` table agree. An approval must be
+    bound to `approval_hash` (default: approval_hash(raw, secret_values)). `fault_type_of` and `targets_of`
+    tell what a driver action injects and whether it selects targets; every surface gets them from the engine
+    (`faultplane.engine.lifecycle.evaluate_document`), so all decide alike.
     """
     if not isinstance(raw, Mapping):
         v = Violation(
@@ -1049,18 +1200,25 @@ def evaluate(
         return PolicyDecision(False, [v], None, [], "experiment", "", policy.source)
     family = family or experiment_family(raw)
     chash = content_hash or _content_hash(raw)
+    ahash = approval_hash or _approval_hash(raw, secret_values)
     violations: list[Violation] = []
     advice: list[str] = []
 
-    violations += find_forbidden(raw, policy.forbidden)
+    violations += find_forbidden(raw, policy.forbidden, secret_values=secret_values)
     violations += check_gates(raw, policy.gates)
 
     stage, stage_problems = _stage_of(raw, policy)
     violations += stage_problems
     stages = policy.blast_radius.stages
+    radius = effective_radius(raw, stage, policy)
+    violations += _radius_violations(raw, stage, radius, targets_of)
 
-    greens = [r for r in _family_runs(store, family) if _is_green(r) and r.get("blast_stage") is not None]
-    allowed_stage = max((int(r["blast_stage"]) for r in greens), default=-1) + 1
+    # the stage after the LAST green run of the family (newest first), not after the highest ever: a family
+    # that went back to a smaller radius climbs again from there
+    last_green = next(
+        (r for r in _family_runs(store, family) if _is_green(r) and r.get("blast_stage") is not None), None
+    )
+    allowed_stage = int(last_green["blast_stage"]) + 1 if last_green is not None else 0
 
     kinds, actions = _fault_types(raw, fault_type_of)
     reasons: list[str] = []
@@ -1093,21 +1251,21 @@ def evaluate(
         found: approvals.Approval | None = None
         if approval_token:
             try:
-                found = approvals.verify_token(approval_token, chash)
+                found = approvals.verify_token(approval_token, ahash)
             except approvals.ApprovalError as exc:
                 token_error = f" The token given does not verify: {exc}."
         if found is None:
-            found = approvals.find_approval(chash)
+            found = approvals.find_approval(ahash)
         if found is None and not token_error:
             stale = [a for a in approvals.list_approvals() if a.get("family") == family]
             if stale:
                 token_error = (
-                    " An approval exists for an earlier version of this experiment; the content changed since "
-                    "(a changed experiment invalidates its approval)."
+                    " An approval exists for another version of this experiment; the content or the variables "
+                    "changed since (a changed experiment invalidates its approval)."
                 )
         if found is not None:
             approved_by = found.approver
-            advice.append(f"approved by {found.approver} for content hash {chash[:12]}…")
+            advice.append(f"approved by {found.approver} for approval hash {ahash[:12]}…")
         else:
             violations.append(
                 Violation(
@@ -1145,4 +1303,6 @@ def evaluate(
         approval_required=reasons,
         approved_by=approved_by,
         green_streak=streak,
+        approval_hash=ahash,
+        radius=radius,
     )

@@ -32,11 +32,15 @@ __all__ = [
     "Plan",
     "abort_run",
     "active_runs",
+    "approval_hash",
     "content_hash",
+    "evaluate_document",
+    "evaluate_plan",
     "evaluate_policy",
     "execute",
     "exit_code",
     "plan",
+    "policy_document",
     "run_plan",
 ]
 
@@ -511,28 +515,42 @@ class _Runner:
             self.writer.emit({"event": "policy", "policy": _decision_dict(self.policy_decision)})
         scope = anyio.CancelScope()
         _ACTIVE[self.ctx.run_id] = _ActiveRun(self.ctx.run_id, scope, self.state)
+        from faultplane.drivers.blast import radius_cap
+
         try:
-            async with anyio.create_task_group() as outer:
-                if handle_signals:
-                    outer.start_soon(self._watch_signals, scope)
-                load = self._start_load(outer)
-                try:
-                    with scope:
-                        await self.inject()
-                    if scope.cancelled_caught:
-                        self.state.interrupted = True
-                except BaseException:
-                    self.state.interrupted = True
-                    self.state.error.append("the run was stopped by an unexpected error")
-                    raise
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self.recover()
-                        await self._stop_load(load)
-                    outer.cancel_scope.cancel()
+            # every target selection of the run (method, rollbacks, threads) is held to the blast radius
+            with radius_cap(self._radius()):
+                await self._run_phases(handle_signals, scope)
         finally:
             _ACTIVE.pop(self.ctx.run_id, None)
         return self.analyse()
+
+    def _radius(self) -> dict[str, float | int] | None:
+        radius = getattr(self.policy_decision, "radius", None)
+        if radius is None and self.exp.blast_radius is not None:
+            br = self.exp.blast_radius
+            radius = {"percent": br.percent} if br.percent is not None else {"count": br.count}
+        return radius if radius and None not in radius.values() else None
+
+    async def _run_phases(self, handle_signals: bool, scope: anyio.CancelScope) -> None:
+        async with anyio.create_task_group() as outer:
+            if handle_signals:
+                outer.start_soon(self._watch_signals, scope)
+            load = self._start_load(outer)
+            try:
+                with scope:
+                    await self.inject()
+                if scope.cancelled_caught:
+                    self.state.interrupted = True
+            except BaseException:
+                self.state.interrupted = True
+                self.state.error.append("the run was stopped by an unexpected error")
+                raise
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.recover()
+                    await self._stop_load(load)
+                outer.cancel_scope.cancel()
 
     def _start_load(self, tg: anyio.abc.TaskGroup) -> tuple[Any, anyio.CancelScope, anyio.Event] | None:
         """Background load from the start of the baseline to the end of recovery; its figures feed the gates."""
@@ -663,21 +681,61 @@ def _load_policy(policy_path: str | Path | None) -> Any | None:
         ) from None
 
 
-def _evaluate(p: Plan, policy: Any, store: Store | None, approval_token: str | None) -> Any:
-    from faultplane.core.policy import evaluate
-
+def policy_document(p: Plan) -> dict[str, Any]:
+    """The experiment as it will run (variables substituted), as the policy reads it and approvals bind it."""
     doc = p.experiment.model_dump(mode="json", by_alias=True, exclude_none=True)
     # activities may read configuration without `${}`: the policy must see the final values
     doc["configuration"] = {**(doc.get("configuration") or {}), **p.configuration}
+    return doc
+
+
+def approval_hash(p: Plan) -> str:
+    """The hash an approval of this plan is bound to: resolved content, secrets digested (never in clear)."""
+    from faultplane.core.policy import approval_hash as _hash
+
+    return _hash(policy_document(p), p.secret_values)
+
+
+def evaluate_document(
+    doc: Mapping[str, Any],
+    policy: Any,
+    store: Store | None,
+    approval_token: str | None,
+    *,
+    content_hash: str | None = None,
+    family: str | None = None,
+    secret_values: list[str] | None = None,
+) -> Any:
+    """The one policy evaluation every surface uses (engine, `guard check`, the agent hook): the driver
+    catalog tells what each action injects and whether it selects targets, so none guesses differently."""
+    from faultplane.core.policy import evaluate
+
     return evaluate(
         doc,
         policy=policy,
         store=store,
         approval_token=approval_token,
+        content_hash=content_hash,
+        family=family,
+        fault_type_of=_fault_type_of,
+        targets_of=_targets_of,
+        secret_values=secret_values or (),
+    )
+
+
+def evaluate_plan(p: Plan, policy: Any, store: Store | None, approval_token: str | None) -> Any:
+    return evaluate_document(
+        policy_document(p),
+        policy,
+        store,
+        approval_token,
         content_hash=p.content_hash,
         family=p.family,
-        fault_type_of=_fault_type_of,
+        secret_values=p.secret_values,
     )
+
+
+_evaluate = evaluate_plan
 
 
 def evaluate_policy(
@@ -693,6 +751,19 @@ def _fault_type_of(driver: str, name: str) -> str | None:
         return get_activity(driver, name).fault_type
     except Exception:  # an unknown activity is reported when it runs, not here
         return None
+
+
+def _targets_of(driver: str, name: str) -> bool:
+    """Does this driver action pick targets out of the matches (count/percentage, held to the blast radius)?"""
+    from faultplane.drivers.blast import BlastRadius as DriverRadius
+
+    try:
+        spec = get_activity(driver, name)
+    except Exception:
+        return False
+    return spec.kind == "action" and (
+        issubclass(spec.params, DriverRadius) or "percentage" in spec.params.model_fields
+    )
 
 
 async def execute(

@@ -22,7 +22,6 @@ from faultplane.core.policy import (
     POLICY_FILENAMES,
     Policy,
     PolicyDecision,
-    evaluate,
     find_forbidden,
     load_policy,
 )
@@ -48,6 +47,8 @@ class PreparedExperiment:
     content_hash: str
     family: str
     resolved: bool  # False: variables could not be resolved here; the document is the file as written
+    approval_hash: str = ""  # what an approval is bound to: the resolved content, secrets digested
+    secret_values: list[str] = field(default_factory=list)
 
 
 def prepare(
@@ -55,7 +56,7 @@ def prepare(
 ) -> PreparedExperiment:
     """Load and plan the experiment exactly as the engine does, so hashes and families agree."""
     from faultplane.core.formats import ExperimentError, load_document
-    from faultplane.engine.lifecycle import plan
+    from faultplane.engine.lifecycle import approval_hash, plan, policy_document
     from faultplane.services.experiments import find_experiment
 
     if isinstance(source, str) and "\n" not in source and not Path(source).suffix and "{" not in source:
@@ -64,13 +65,33 @@ def prepare(
     try:
         p = plan(raw, variables)
     except ExperimentError:
+        from faultplane.core.policy import approval_hash as raw_approval_hash
         from faultplane.core.policy import content_hash, experiment_family
 
-        return PreparedExperiment(dict(raw), content_hash(raw), experiment_family(raw), resolved=False)
-    doc = p.experiment.model_dump(mode="json", by_alias=True, exclude_none=True)
-    # activities read configuration directly too, so the policy must see its final (overridden) values
-    doc["configuration"] = {**(doc.get("configuration") or {}), **p.configuration}
-    return PreparedExperiment(doc, p.content_hash, p.family, resolved=True)
+        return PreparedExperiment(
+            dict(raw), content_hash(raw), experiment_family(raw), False, raw_approval_hash(raw)
+        )
+    return PreparedExperiment(
+        policy_document(p), p.content_hash, p.family, True, approval_hash(p), list(p.secret_values)
+    )
+
+
+def _decide(
+    prepared: PreparedExperiment, policy: Policy, store: Store | None, approval_token: str | None
+) -> PolicyDecision:
+    """The engine's own evaluation (same driver catalog, same hashes), never a look-alike of it."""
+    from faultplane.engine.lifecycle import evaluate_document
+
+    decision: PolicyDecision = evaluate_document(
+        prepared.document,
+        policy,
+        store,
+        approval_token,
+        content_hash=prepared.content_hash,
+        family=prepared.family,
+        secret_values=prepared.secret_values,
+    )
+    return decision
 
 
 def check_experiment(
@@ -85,14 +106,7 @@ def check_experiment(
     """The policy's decision on an experiment, as the engine would make it now."""
     prepared = prepare(source, variables)
     pol = policy or load_policy(policy_path)
-    return evaluate(
-        prepared.document,
-        policy=pol,
-        store=store,
-        approval_token=approval_token,
-        content_hash=prepared.content_hash,
-        family=prepared.family,
-    )
+    return _decide(prepared, pol, store, approval_token)
 
 
 def approve_experiment(
@@ -105,14 +119,29 @@ def approve_experiment(
     policy_path: str | Path | None = None,
     store: Store | None = None,
 ) -> approvals.Approval:
-    """Issue an approval bound to this exact experiment; recorded in the audit table when a store is given."""
-    prepared = prepare(source, variables)
-    ttl = ttl_hours if ttl_hours is not None else load_policy(policy_path).approval.ttl_hours
-    from faultplane.core.policy import content_hash
+    """Issue an approval bound to this exact experiment with these variables (the resolved content: another
+    `--var` value is another experiment); recorded in the audit table when a store is given."""
+    from faultplane.core.formats import ExperimentError, ValidationIssue, load_document
+    from faultplane.engine.lifecycle import plan
 
+    prepared = prepare(source, variables)
+    if not prepared.resolved:
+        try:
+            plan(load_document(source), variables)  # re-plan only to report what is missing
+        except ExperimentError as exc:
+            raise ExperimentError(
+                [
+                    *exc.issues,
+                    ValidationIssue(
+                        field="approve",
+                        message="an approval binds the experiment as it will run, so every variable must resolve",
+                        fix="pass the same --var/--var-file values the run will use",
+                    ),
+                ]
+            ) from None
+    ttl = ttl_hours if ttl_hours is not None else load_policy(policy_path).approval.ttl_hours
     granted = approvals.issue_approval(
-        prepared.content_hash,
-        also=[content_hash(prepared.document)],  # the form an engine hashes when it passes no hash of its own
+        prepared.approval_hash,
         family=prepared.family,
         approver=approver,
         reason=reason,
@@ -133,6 +162,8 @@ def approve_experiment(
                     "details": json.dumps(
                         {
                             "content_hash": prepared.content_hash,
+                            "approval_hash": prepared.approval_hash,
+                            "variables": sorted(variables or {}),
                             "expires_at": granted.expires_at,
                             "reason": reason,
                         }
@@ -302,14 +333,7 @@ class _Judge:
         except (ExperimentError, LookupError, OSError, ValueError) as exc:
             raise _Block(f"cannot read experiment {label} to check it against the policy: {exc}") from None
         self.checked.append(label)
-        decision = evaluate(
-            prepared.document,
-            policy=self.policy(),
-            store=self.store(store_path),
-            approval_token=approval_token,
-            content_hash=prepared.content_hash,
-            family=prepared.family,
-        )
+        decision = _decide(prepared, self.policy(), self.store(store_path), approval_token)
         if not decision.allowed:
             lines = [f"Faultplane policy refuses experiment {label} ({decision.policy_source}):"]
             lines += [f"- [{v.rule}] {v.field}: {v.message} Fix: {v.fix}" for v in decision.violations]
