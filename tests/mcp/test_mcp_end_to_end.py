@@ -165,6 +165,8 @@ async def test_abort_stops_a_running_experiment_and_rolls_back(
     results: dict[str, Any] = {}
     with anyio.fail_after(60):
         async with connect() as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            description = tools["chaos_abort"].description or ""
 
             async def run() -> None:
                 r = await c.call_tool("chaos_run_experiment", {"experiment": experiment})
@@ -184,9 +186,12 @@ async def test_abort_stops_a_running_experiment_and_rolls_back(
     r = results["run"]
     assert not r.is_error, r.content
     out = r.structured_content
-    # The engine reports a requested stop as "interrupted" with the reason in the error (see the report).
-    assert out["status"] in ("aborted", "interrupted") and out["success"] is False
-    assert out["run_id"] == aborted[0] and "aborted by request" in (out["error"] or "")
+    # Exactly what chaos_abort's description promises: a requested stop ends "interrupted" (exit code 130);
+    # "aborted" means an SLO gate stopped the run.
+    assert out["status"] == "interrupted" and out["success"] is False and out["exit_code"] == 130
+    assert out["run_id"] == aborted[0] and (out["error"] or "").startswith("interrupted: aborted by request")
+    assert 'status "interrupted"' in description and "exit code 130" in description
+    assert 'error starting "interrupted: aborted by request"' in description
     assert out["duration_seconds"] < 60
     assert marker.read_text() == "rolled back"
 
@@ -240,7 +245,7 @@ async def test_sigterm_over_stdio_rolls_back_the_running_experiment(
             await proc.wait()
     assert marker.read_text() == "rolled back"
     [(status, error)] = _run_status(server_env)
-    assert status in ("aborted", "interrupted") and "SIGTERM" in error
+    assert status == "interrupted" and error.startswith("interrupted: ") and "SIGTERM" in error
 
 
 async def test_sigterm_over_http_rolls_back_the_running_experiment(
@@ -268,7 +273,7 @@ async def test_sigterm_over_http_rolls_back_the_running_experiment(
         assert srv.proc.returncode is not None
     assert marker.read_text() == "rolled back"
     [(status, error)] = _run_status(server_env)
-    assert status in ("aborted", "interrupted") and "SIGTERM" in error
+    assert status == "interrupted" and error.startswith("interrupted: ") and "SIGTERM" in error
     if "result" in outcome:  # the in-flight request was answered before the server stopped
         out = outcome["result"].structured_content
         assert out and out["status"] == status

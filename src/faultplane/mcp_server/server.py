@@ -153,7 +153,9 @@ class JournalOutput(BaseModel):
 
 
 class AbortOutput(BaseModel):
-    aborted: list[str] = Field(description="run ids told to stop; each rolls back before it ends")
+    aborted: list[str] = Field(
+        description="run ids told to stop; each rolls back, then ends with status interrupted"
+    )
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
@@ -451,7 +453,8 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             str | None, Field(description="the run to stop; omit to stop every running one")
         ] = None,
     ) -> Annotated[CallToolResult, AbortOutput]:
-        """Stop running experiments; each one rolls back before it ends (status aborted)."""
+        """Stop running experiments. Each one rolls back, then ends with status "interrupted" (exit code 130)
+        and an error starting "interrupted: aborted by request"; status "aborted" is kept for SLO gates."""
         from faultplane.services.runs import abort_runs
 
         # In the event loop, not a worker thread: aborting a run of this process cancels its cancel scope,
