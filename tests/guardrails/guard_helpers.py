@@ -152,3 +152,30 @@ class DegradableService:
 
     def restore(self) -> None:
         self.degrade()
+
+
+def runnable_experiment(url: str, *, title: str = "Engine guardrail run", **changes: Any) -> dict[str, Any]:
+    """An experiment the engine really runs: a steady state and a probe gate against a real loopback service,
+    and a method that does nothing harmful unless a test gives it one."""
+    probe = {"type": "probe", "name": "health", "provider": {"type": "http", "url": url}, "tolerance": 200}
+    doc: dict[str, Any] = {
+        "title": title,
+        "steady-state-hypothesis": {"title": "the service answers", "probes": [probe]},
+        "slo_gates": [
+            {
+                "name": "health",
+                "sli": "probe",
+                "rollback_on": "probe > 499 for 1s",
+                "interval_s": 0.2,
+                "value_path": "status",
+                "probe": {"type": "probe", "name": "gate", "provider": {"type": "http", "url": url}},
+            }
+        ],
+        "method": [{"type": "action", "name": "noop", "provider": {"type": "process", "path": "true"}}],
+    }
+    for key, value in changes.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    return doc
