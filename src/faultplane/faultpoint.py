@@ -31,8 +31,10 @@ Every injected exception is also a `FaultInjected`, so tests can tell injected f
 Faults whose `target` names another kind of fault point (e.g. ``netproxy:<route>``) are ignored here; a fault
 with no target, or a target of ``faultpoint`` / ``faultpoint:<name>``, applies.
 
-Cost: the registry file is polled by `stat` at most every 0.25 s per process, and a call through a point with
-no fault registered is a clock read and a dict lookup (see benchmarks/bench_fault_point.py). This module
+Cost: one daemon thread per process (started with the first fault point, restarted in a forked child) stats
+each registry file every 0.25 s and reloads it when it changed, so another process's change is seen within
+about 0.25 s; a call through a point with no fault of its name registered is one dict membership test (see
+benchmarks/bench_fault_point.py). This module
 imports the standard library only, so adding a fault point to a service adds no dependency weight.
 """
 
@@ -67,7 +69,6 @@ __all__ = [
 CHECK_INTERVAL_S = 0.25
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_monotonic = time.monotonic
 
 # Per-call probability rolls. FAULTPLANE_SEED makes a service's fault pattern reproducible.
 _rng = random.Random(os.environ.get("FAULTPLANE_SEED"))
@@ -108,43 +109,47 @@ def _applies_here(spec: FaultSpec) -> bool:
 
 
 class _Watcher:
-    """This process's cached view of one registry file, refreshed when the file's identity changes."""
+    """This process's view of one registry file, refreshed by the poller thread when the file changes.
 
-    __slots__ = ("armed", "faults", "ident", "lock", "next_check", "registry")
+    `faults` is updated in place (new and changed entries first, then removals), never replaced, so fault
+    points can hold the dict itself and a reader never sees a fault that stays registered go missing.
+    """
+
+    __slots__ = ("armed", "faults", "ident", "lock", "registry")
 
     def __init__(self, registry: FaultRegistry) -> None:
         self.registry = registry
-        self.next_check = 0.0
         self.ident: tuple[int, int, int] | None = None
         self.faults: dict[str, FaultSpec] = {}
         self.armed: dict[str, int] = {}
         self.lock = threading.Lock()
+        self.refresh(force=True)
 
-    def refresh(self) -> None:
-        self.next_check = _monotonic() + CHECK_INTERVAL_S
+    def refresh(self, force: bool = False) -> None:
         try:
             st = os.stat(self.registry.path)
             ident: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_ino, st.st_size)
         except OSError:
             ident = None
-        if ident == self.ident:
+        if ident == self.ident and not force:
             return
         with self.lock:
             state = self.registry.load()
-            self.faults = {n: s for n, s in state.faults.items() if _applies_here(s)}
-            self.armed = {n: k for n, k in state.armed.items() if n in self.faults}
+            fresh = {n: s for n, s in state.faults.items() if _applies_here(s)}
+            self.armed = {n: k for n, k in state.armed.items() if n in fresh}
+            self.faults.update(fresh)
+            for gone in [n for n in self.faults if n not in fresh]:
+                self.faults.pop(gone, None)
             self.ident = ident
 
     def pick(self, name: str) -> FaultSpec | None:
         """The fault to apply for this call through point `name`, or None."""
-        if _monotonic() >= self.next_check:
-            self.refresh()
         spec = self.faults.get(name)
         if spec is None:
             return None
         if self.armed.get(name):
             consumed = self.registry.consume(name)
-            self.next_check = 0.0  # our own write changed the file: reload on the next call
+            self.refresh(force=True)  # our own write changed the arm count
             if consumed is not None and _applies_here(consumed):
                 return consumed
         if spec.probability > 0.0 and _rng.random() < spec.probability:
@@ -154,6 +159,39 @@ class _Watcher:
 
 _watchers: dict[Path, _Watcher] = {}
 _watchers_lock = threading.Lock()
+_poller: threading.Thread | None = None
+
+
+def _poll_forever() -> None:
+    while True:
+        time.sleep(CHECK_INTERVAL_S)
+        for w in list(_watchers.values()):
+            try:
+                w.refresh()
+            except Exception:  # a broken or half-written file: keep the last good view, retry next tick
+                continue
+
+
+def _ensure_poller() -> None:
+    """Start the one daemon thread that stats every watched registry each CHECK_INTERVAL_S."""
+    global _poller
+    if _poller is None or not _poller.is_alive():
+        _poller = threading.Thread(target=_poll_forever, name="faultplane-fault-points", daemon=True)
+        _poller.start()
+
+
+def _after_fork_in_child() -> None:
+    # Threads do not survive fork, and a lock held by one at fork time would stay held forever.
+    global _watchers_lock, _poller
+    _watchers_lock = threading.Lock()
+    for w in _watchers.values():
+        w.lock = threading.Lock()
+    _poller = None
+    if _watchers:
+        _ensure_poller()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _watcher_for(registry: FaultRegistry | str | os.PathLike[str] | None) -> _Watcher:
@@ -163,6 +201,7 @@ def _watcher_for(registry: FaultRegistry | str | os.PathLike[str] | None) -> _Wa
         w = _watchers.get(key)
         if w is None:
             w = _watchers[key] = _Watcher(reg)
+        _ensure_poller()
         return w
 
 
@@ -206,37 +245,37 @@ async def _apply_async(spec: FaultSpec, point: str) -> None:
 class FaultPoint:
     """A named place where registered faults take effect: a decorator and a sync or async context manager."""
 
-    __slots__ = ("_watcher", "name")
+    __slots__ = ("_faults", "_watcher", "name")
 
     def __init__(self, name: str, registry: FaultRegistry | str | os.PathLike[str] | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("fault_point(name): name must be a non-empty string, e.g. 'slow-database'")
         self.name = name
         self._watcher = _watcher_for(registry)
+        self._faults = self._watcher.faults
 
     def __repr__(self) -> str:
         return f"fault_point({self.name!r})"
 
     def check(self) -> None:
         """Apply the fault for this call, if one triggers (blocking sleep for latency/timeout)."""
-        w = self._watcher
-        if _monotonic() < w.next_check and self.name not in w.faults:
-            return
-        spec = w.pick(self.name)
-        if spec is not None:
-            _apply_sync(spec, self.name)
+        if self.name in self._faults:
+            spec = self._watcher.pick(self.name)
+            if spec is not None:
+                _apply_sync(spec, self.name)
 
     async def acheck(self) -> None:
         """Apply the fault for this call, if one triggers (non-blocking sleep for latency/timeout)."""
-        w = self._watcher
-        if _monotonic() < w.next_check and self.name not in w.faults:
-            return
-        spec = w.pick(self.name)
-        if spec is not None:
-            await _apply_async(spec, self.name)
+        if self.name in self._faults:
+            spec = self._watcher.pick(self.name)
+            if spec is not None:
+                await _apply_async(spec, self.name)
 
+    # The no-fault path of every variant is one dict membership test: the poller thread keeps the dict
+    # current, so a call reads no clock and stats no file.
     def __enter__(self) -> FaultPoint:
-        self.check()
+        if self.name in self._faults:
+            self.check()
         return self
 
     def __exit__(
@@ -245,7 +284,8 @@ class FaultPoint:
         return None
 
     async def __aenter__(self) -> FaultPoint:
-        await self.acheck()
+        if self.name in self._faults:
+            await self.acheck()
         return self
 
     async def __aexit__(
@@ -254,16 +294,15 @@ class FaultPoint:
         return None
 
     def __call__(self, fn: _F) -> _F:
-        w = self._watcher
         name = self.name
-        pick = w.pick
-        monotonic = _monotonic
+        faults = self._faults
+        pick = self._watcher.pick
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def awrapper(*args: Any, **kwargs: Any) -> Any:
-                if not (monotonic() < w.next_check and name not in w.faults):
+                if name in faults:
                     spec = pick(name)
                     if spec is not None:
                         await _apply_async(spec, name)
@@ -273,12 +312,10 @@ class FaultPoint:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            # The common case (no fault of this name, cache fresh) is one clock read and one dict lookup.
-            if monotonic() < w.next_check and name not in w.faults:
-                return fn(*args, **kwargs)
-            spec = pick(name)
-            if spec is not None:
-                _apply_sync(spec, name)
+            if name in faults:
+                spec = pick(name)
+                if spec is not None:
+                    _apply_sync(spec, name)
             return fn(*args, **kwargs)
 
         return cast(_F, wrapper)

@@ -31,7 +31,7 @@ def reg(tmp_path: Path) -> FaultRegistry:
 def fresh(reg: FaultRegistry, name: str) -> fp.FaultPoint:
     """A point that reloads the registry now (tests change it faster than the 0.25 s poll)."""
     point = fault_point(name, registry=reg)
-    point._watcher.next_check = 0.0
+    point._watcher.refresh(force=True)
     return point
 
 
@@ -160,7 +160,7 @@ def test_inject_fires_exactly_once_at_the_next_call(reg: FaultRegistry) -> None:
     reg.register(FaultSpec("once", "error", probability=1.0, error_message="armed"))
     assert reg.inject("once", random.Random(0)) is True
     reg.register(FaultSpec("once", "error", probability=0.0, error_message="armed"))  # keeps the arm
-    point._watcher.next_check = 0.0
+    point._watcher.refresh(force=True)
     with pytest.raises(FaultInjected, match="armed"):
         point.check()
     for _ in range(20):
@@ -181,28 +181,47 @@ def test_names_are_validated() -> None:
         fault_point("")
 
 
-def test_another_process_sees_a_registration(reg: FaultRegistry) -> None:
-    """Registered here, seen by a fault point in a child process that polls the file (0.25 s interval).
-    How fast is measured in benchmarks/bench_fault_point.py (the issue's bound: within 1 s)."""
+PROPAGATION_BOUND_S = 1.0  # the issue: another process's fault point sees a registration within 1 s
+
+
+def test_another_process_sees_a_registration_within_1s(reg: FaultRegistry) -> None:
+    """A child process calls its fault point in a loop; each registration here must take effect there within
+    1 s, measured from the moment `register` returned to the child's first call that raised (both read the
+    system-wide CLOCK_MONOTONIC). Three registrations at different phases of the child's 0.25 s poll."""
+    names = ["x0", "x1", "x2"]
     script = (
         "import sys, time; import faultplane.faultpoint as fp\n"
-        "p = fp.fault_point('x', registry=sys.argv[1])\n"
-        "print('ready', flush=True)\n"
-        "deadline = time.monotonic() + 20\n"
-        "while time.monotonic() < deadline:\n"
-        "    try: p.check()\n"
-        "    except fp.FaultInjected: print(time.time(), flush=True); break\n"
-        "    time.sleep(0.005)\n"
+        "for name in sys.argv[2:]:\n"
+        "    p = fp.fault_point(name, registry=sys.argv[1])\n"
+        "    p.check()\n"
+        "    print('ready', flush=True)\n"
+        "    deadline = time.monotonic() + 5\n"
+        "    while time.monotonic() < deadline:\n"
+        "        try: p.check()\n"
+        "        except fp.FaultInjected: print(time.monotonic(), flush=True); break\n"
+        "        time.sleep(0.002)\n"
+        "    else: print('never', flush=True)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script, str(reg.path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(reg.path), *names], stdout=subprocess.PIPE, text=True
+    )
+    delays = []
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        registered_at = time.time()
-        reg.register(FaultSpec("x", "error", probability=1.0))
-        assert float(proc.stdout.readline()) >= registered_at
+        assert proc.stdout is not None
+        for i, name in enumerate(names):
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(0.05 + 0.09 * i)  # vary the phase against the child's poll
+            before = time.monotonic()
+            reg.register(FaultSpec(name, "error", probability=1.0))
+            registered = time.monotonic()
+            seen = proc.stdout.readline().strip()  # bounded: the child gives up after 5 s and says so
+            assert seen != "never", f"{name}: the child never saw the registration"
+            assert float(seen) >= before
+            delays.append(float(seen) - registered)
     finally:
         proc.kill()
         proc.wait(10)
+    assert max(delays) < PROPAGATION_BOUND_S, delays
 
 
 def test_import_stays_light() -> None:
