@@ -166,3 +166,18 @@ def test_journal_show_table(tmp_path: Path) -> None:
     assert any("method" in line and "write" in line and "action" in line for line in rows)
     missing = cli("journal", "show", "no-such-run")
     assert missing.returncode == 2 and "no-such-run" in missing.stderr
+
+
+def test_a_core_command_mounts_only_the_core_cli() -> None:
+    probe = (
+        "import sys; sys.argv = ['faultplane', 'run', '--help']\n"
+        "import faultplane.cli.main\n"
+        "heavy = {'duckdb', 'pydantic', 'anyio', 'httpx', 'pyarrow', 'faultplane.cli.plane', 'faultplane.cli.mcp'}\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"  # start-up of `faultplane run` pays only for what the run needs
+    everything = cli("--help")
+    assert everything.returncode == 0
+    assert all(name in everything.stdout for name in ("run", "journal", "plane", "mcp", "guard"))

@@ -8,15 +8,17 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from faultplane.core.formats import ExperimentError, dumps
-from faultplane.core.store import Store, open_store
+# Engine, store and formats are imported inside the commands that use them: `faultplane --help` and the
+# commands that need none of them must not pay for pydantic, DuckDB and anyio at start-up.
+if TYPE_CHECKING:
+    from faultplane.core.formats import ExperimentError
+    from faultplane.core.store import Store
 
 console = Console()
 err_console = Console(stderr=True)
@@ -51,6 +53,8 @@ class TableFormat(enum.StrEnum):
 
 
 def _use_store(store: str | None) -> Store:
+    from faultplane.core.store import open_store
+
     if store is not None:
         os.environ["FAULTPLANE_STORE"] = str(store)
     return open_store()
@@ -80,6 +84,7 @@ def validate(
     output: Annotated[ValidateOutput, typer.Option("--output", "-o")] = ValidateOutput.text,
 ) -> None:
     """Validate an experiment (schema, variables, policy) without running anything. Exit 0 valid, 2 invalid."""
+    from faultplane.core.formats import ExperimentError
     from faultplane.services.experiments import validate_experiment
 
     try:
@@ -152,6 +157,9 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Run an experiment. Exit 0 steady state held, 1 deviated/failed, 2 invalid, 3 aborted/refused, 130 interrupted."""
+    import anyio
+
+    from faultplane.core.formats import ExperimentError
     from faultplane.services.experiments import run_experiment
     from faultplane.services.runs import get_journal, recover
 
@@ -253,6 +261,7 @@ def journal_show(
     store: StoreOpt = None,
 ) -> None:
     """Show one run's journal."""
+    from faultplane.core.formats import dumps
     from faultplane.services.experiments import compact_journal
     from faultplane.services.runs import load_journal
 
@@ -287,6 +296,7 @@ def runs_list(
     store: StoreOpt = None,
 ) -> None:
     """List recent runs, newest first."""
+    from faultplane.core.formats import dumps
     from faultplane.services.runs import list_runs, recover
 
     st = _use_store(store)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 
 import typer
 
@@ -35,8 +36,24 @@ _COMMAND_MODULES = (
 )
 
 
-def _mount() -> None:
-    for name, module in _SUBAPPS.items():
+# top-level commands of faultplane.cli.core: invoking one of these mounts that module alone
+_CORE_COMMANDS = {"approve", "validate", "run", "schema", "abort", "demo", "journal", "runs", "experiments"}
+
+
+def _wanted(argv: list[str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Only the module behind the invoked command, so `faultplane run` does not import every other area's
+    CLI and its dependencies at start-up; help, or anything not recognised here, mounts everything."""
+    command = argv[1] if len(argv) > 1 else ""
+    if command in _SUBAPPS:
+        return {command: _SUBAPPS[command]}, ()
+    if command in _CORE_COMMANDS:
+        return {}, ("faultplane.cli.core",)
+    return _SUBAPPS, _COMMAND_MODULES
+
+
+def _mount(argv: list[str] | None = None) -> None:
+    subapps, command_modules = _wanted(sys.argv if argv is None else argv)
+    for name, module in subapps.items():
         if importlib.util.find_spec(module) is None:
             continue
         sub = importlib.import_module(module)
@@ -44,7 +61,7 @@ def _mount() -> None:
             app.add_typer(sub.app, name=name)
         elif hasattr(sub, "register"):
             sub.register(app)
-    for module in _COMMAND_MODULES:
+    for module in command_modules:
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module).register(app)
 

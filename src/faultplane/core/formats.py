@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import toon_format
 import yaml
 from pydantic import BaseModel, ValidationError
 
@@ -69,6 +68,8 @@ def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> An
             return json.loads(text)
         if fmt == "yaml":
             return yaml.safe_load(text)
+        import toon_format  # imported on first use: it costs ~40 ms at start-up
+
         return toon_format.decode(text)
     except json.JSONDecodeError as exc:
         raise ExperimentError(
@@ -142,6 +143,8 @@ def dumps(data: Any, fmt: Format = "json", *, indent: int = 2) -> str:
         return json.dumps(plain, indent=indent, ensure_ascii=False)
     if fmt == "yaml":
         return yaml.safe_dump(plain, sort_keys=False, allow_unicode=True)
+    import toon_format
+
     return toon_format.encode(plain)
 
 

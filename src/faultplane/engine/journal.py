@@ -15,8 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from faultplane.core.config import mask_secrets
 from faultplane.core.model import ActivityRun, Journal
 from faultplane.core.store import Store
@@ -268,6 +266,8 @@ def _forget_cached_history() -> None:
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
+    import psutil  # only needed when an unfinished events log is found
+
     try:
         proc = psutil.Process(pid)
         return proc.status() != psutil.STATUS_ZOMBIE

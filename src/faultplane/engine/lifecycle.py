@@ -77,21 +77,24 @@ class Plan:
 def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> Plan:
     """Resolve and validate; raises ExperimentError listing every problem at once."""
     raw = dict(raw)
-    issues = []
-    try:
-        Experiment.model_validate(raw)  # structure first, before values are substituted in
-    except ValidationError as exc:
-        issues.extend(issues_from_pydantic(exc))
+
+    def structure_issues() -> list[ValidationIssue]:
+        # the document as written, before values are substituted in: errors point at what the author wrote
+        try:
+            Experiment.model_validate(raw)
+        except ValidationError as exc:
+            return issues_from_pydantic(exc)
+        return []
+
     try:
         resolved = resolve(raw, variables)
     except ExperimentError as exc:
-        raise ExperimentError(issues + exc.issues) from None
-    if issues:
-        raise ExperimentError(issues)
+        raise ExperimentError(structure_issues() + exc.issues) from None
     try:
+        # one validation on the common path; the document as written is validated only to explain a failure
         experiment = Experiment.model_validate(resolved.document)
     except ValidationError as exc:
-        raise ExperimentError(issues_from_pydantic(exc)) from None
+        raise ExperimentError(structure_issues() or issues_from_pydantic(exc)) from None
     if experiment.load is not None:
         from faultplane.engine.load import parse_load_spec
 

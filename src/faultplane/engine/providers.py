@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import httpx
 
 from faultplane.core.model import (
     Activity,
@@ -127,6 +126,8 @@ class _nullcontext:
 
 
 async def _run_http(p: HttpProvider, ctx: ActivityContext) -> Any:
+    import httpx  # ~0.1 s to import; only experiments with http activities pay it
+
     timeout: Any = p.timeout if p.timeout is not None else 30.0
     if isinstance(timeout, list):
         timeout = httpx.Timeout(timeout[1], connect=timeout[0])

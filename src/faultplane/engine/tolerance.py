@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from jsonpath_ng.ext import parse as jsonpath_parse
-
 __all__ = ["within_tolerance"]
 
 RunProbe = Callable[[dict[str, Any], Any], Awaitable[Any]]
+
+
+@functools.lru_cache(maxsize=256)
+def _jsonpath(path: str) -> Any:
+    """Parsed once per path: a probe checked in a loop must not re-parse it every time."""
+    from jsonpath_ng.ext import parse  # imported on first use: most runs have no jsonpath tolerance
+
+    return parse(path)
 
 
 def _target(value: Any, target: str | None) -> Any:
@@ -70,7 +77,7 @@ async def within_tolerance(tolerance: Any, value: Any, run_probe: RunProbe | Non
         if isinstance(v, str):
             with contextlib.suppress(json.JSONDecodeError):
                 v = json.loads(v)
-        values = [m.value for m in jsonpath_parse(tolerance["path"]).find(v)]
+        values = [m.value for m in _jsonpath(tolerance["path"]).find(v)]
         result = len(values) > 0
         if tolerance.get("count") is not None:
             result = len(values) == tolerance["count"]
