@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
 from typer.testing import CliRunner
 
 from faultplane.cli.plane import app
-from faultplane.plane.demo import mixed_plan
+from faultplane.plane.demo import mixed_plan, run_demo
 from faultplane.plane.plan import parse_plan
 from faultplane.plane.simulator import Patterns, Workload, simulate
 
@@ -74,15 +75,71 @@ def test_every_fault_type_runs_through_the_simulator() -> None:
 
 def test_demo_command_prints_the_tables_and_json() -> None:
     runner = CliRunner()
-    out = runner.invoke(app, ["demo", "--tasks", "200"], env={"COLUMNS": "160"})
-    assert out.exit_code == 0, out.output
-    assert "Fan-out compounding" in out.output and "+ deadline routing" in out.output
     out = runner.invoke(app, ["demo", "--tasks", "200", "--json"])
     assert out.exit_code == 0
     data = json.loads(out.output)
     assert data["fanout_compounding"][3]["fanout"] == 8
-    first, last = data["patterns_error_plan"][0], data["patterns_error_plan"][-1]
+    first, last = data["patterns_mixed_plan"][0], data["patterns_mixed_plan"][-1]
     assert first["task_failure_rate"] > last["task_failure_rate"]
+
+
+def test_demo_reads_whole_at_80_columns() -> None:
+    out = CliRunner().invoke(app, ["demo", "--tasks", "200"], env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "…" not in out.output  # nothing cut short
+    report = run_demo(tasks=200)
+    for header in ("calls/task", "1-(1-p)^n", "failed w/ retry", "TCAF w/ retry", "silently", "TCSR", "ETA"):
+        assert header in out.output
+    row8 = next(line for line in lines if line.split()[:1] == ["8"])
+    r8 = report.fanout_rows[3]
+    assert row8.split()[1:] == [
+        f"{r8.analytic:.1%}",
+        f"{r8.without:.1%}",
+        f"{r8.with_retry:.1%}",
+        f"{r8.tcaf_with:.2f}",
+    ]
+    for label in ("+ deadline routing", "+ ETA breaker", "deadline routing", "retry + degradation"):
+        assert any(line.strip().startswith(label) for line in lines), label
+
+
+def test_demo_numbers_are_consistent_and_each_pattern_does_its_job() -> None:
+    report = run_demo(tasks=300)
+    sc = {s.pattern: s for s in report.scenarios}
+    n8 = next(r for r in report.fanout_rows if r.fanout == 8)
+    # The same simulation behind both tables, so the same number.
+    assert sc["retry budget"].without.metrics.task_failure_rate == n8.without
+    assert sc["retry budget"].with_pattern.metrics.task_failure_rate == n8.with_retry
+    for r in report.fanout_rows:
+        assert r.analytic is not None and r.without > 0 and r.with_retry < r.without
+    rb = sc["retry budget"]
+    assert (rb.with_pattern.metrics.task_failure_rate or 0) < 0.2 * (
+        rb.without.metrics.task_failure_rate or 1
+    )
+    deg = sc["degradation"]
+    assert deg.without.metrics.failed_silently > 0 and deg.with_pattern.metrics.failed_silently == 0
+    br = sc["ETA breaker"]  # a dead tool: fewer wasted calls, more of them correct
+    assert (br.with_pattern.metrics.tcaf or 0) < (br.without.metrics.tcaf or 0) - 2
+    assert (br.with_pattern.metrics.tcsr or 0) > (br.without.metrics.tcsr or 0) + 0.2
+    rt = sc["deadline routing"]
+    assert (
+        (rt.with_pattern.metrics.task_failure_rate or 0) < 0.05 < (rt.without.metrics.task_failure_rate or 0)
+    )
+    # Stacked against mixed faults, no pattern makes things worse (beyond a task or two of noise).
+    rates = [r.metrics.task_failure_rate or 0 for r in report.mixed_rows]
+    assert all(b <= a + 0.01 for a, b in itertools.pairwise(rates)), rates
+    assert report.mixed_rows[-1].metrics.failed_silently == 0
+
+
+def test_the_breaker_stays_closed_on_a_flaky_tool_that_retries_rescue() -> None:
+    plan = parse_plan(
+        {"seed": 5, "faults": [{"type": "registry_inconsistency", "tools": ["rank"], "probability": 0.5}]}
+    )
+    w = Workload(tasks=300)
+    without = simulate(plan, w, Patterns(retry=True, degradation=True)).metrics
+    with_breaker = simulate(plan, w, Patterns(retry=True, degradation=True, breaker=True)).metrics
+    assert (with_breaker.task_failure_rate or 0) <= (without.task_failure_rate or 0) + 0.01
 
 
 def test_simulate_and_validate_commands(tmp_path) -> None:

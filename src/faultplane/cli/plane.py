@@ -53,14 +53,14 @@ def _load(plan: Path | None) -> Any:
 @app.command()
 def demo(
     seed: int = typer.Option(7, help="seed for every random draw"),
-    tasks: int = typer.Option(1000, min=1, max=100_000, help="tasks per scenario"),
+    tasks: int = typer.Option(500, min=1, max=100_000, help="tasks per simulation"),
     fanout: int = typer.Option(8, min=1, max=64, help="tool calls per task"),
     plan: Path | None = typer.Option(
-        None, "--plan", "-p", help="use this plan instead of 2% per-call errors"
+        None, "--plan", "-p", help="use this plan instead of 2% per-call errors in the fan-out table"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the numbers as JSON"),
 ) -> None:
-    """Offline and deterministic: fan-out failure compounding, with and without resilience patterns."""
+    """Offline and deterministic: fan-out failure compounding, and what each resilience pattern is for."""
     from faultplane.plane.demo import PER_CALL_ERROR, run_demo
 
     custom = _load(plan) if plan else None
@@ -68,58 +68,83 @@ def demo(
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
         return
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
+
+    def table(title: str, first: str, *cols: str, wrap_first: bool = True) -> Table:
+        # Narrow headers, numbers never wrapped or cut: the demo must read whole in an 80-column terminal.
+        t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+        t.add_column(first, overflow="fold", no_wrap=not wrap_first)
+        for col in cols:
+            t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+        return t
+
     what = f"plan {plan}" if plan else f"{PER_CALL_ERROR:.0%} per-call error"
-    t = Table(title=f"Fan-out compounding ({what}, {max(1, tasks // 2)} tasks per row, seed {seed})")
-    t.add_column("tool calls / task", justify="right")
-    t.add_column("expected 1-(1-p)^n", justify="right")
-    t.add_column("tasks failed, no patterns", justify="right", style="red")
-    t.add_column("tasks failed, all patterns", justify="right", style="green")
-    t.add_column("TCAF, all patterns", justify="right")
+    t = table(
+        f"1. Per-task failure compounds with fan-out ({what}; {tasks} tasks per row, seed {seed})",
+        "calls/task",
+        "1-(1-p)^n",
+        "failed",
+        "failed w/ retry",
+        "TCAF w/ retry",
+    )
     for r in report.fanout_rows:
-        t.add_row(
-            str(r.fanout), _pct(r.analytic), _pct(r.without), _pct(r.with_patterns, 2), _num(r.tcaf_with)
-        )
+        t.add_row(str(r.fanout), _pct(r.analytic), _pct(r.without), _pct(r.with_retry), _num(r.tcaf_with))
     console.print(t)
-    for title, rows in (
-        (f"Resilience patterns at fan-out {fanout}: {what}", report.error_rows),
-        (
-            f"Resilience patterns at fan-out {fanout}: mixed plane faults "
-            "(errors, timeouts, latency spikes, drift, truncation, a flaky listed-but-broken tool)",
-            report.mixed_rows,
-        ),
-    ):
-        t = Table(title=title)
-        t.add_column("patterns (cumulative)", no_wrap=True)
-        for col in (
-            "tasks failed",
-            "blast radius",
-            "failed safely",
-            "failed silently",
-            "TCSR",
-            "ETA",
-            "TCAF",
-        ):
-            t.add_column(col, justify="right")
-        for row in rows:
+    t = table(
+        f"2. Each pattern against the fault it is for (fan-out {fanout})",
+        "fault / patterns",
+        "failed",
+        "silently",
+        "TCSR",
+        "TCAF",
+    )
+    for i, sc in enumerate(report.scenarios):
+        t.add_row(f"[bold]{sc.fault}[/]", "", "", "", "", end_section=False)
+        for row in (sc.without, sc.with_pattern):
             m = row.metrics
             t.add_row(
-                row.label,
-                _pct(m.task_failure_rate, 2),
-                _pct(m.blast_radius, 2),
-                str(m.failed_safely),
+                f"  {row.label}",
+                _pct(m.task_failure_rate),
                 f"[bold red]{m.failed_silently}[/]" if m.failed_silently else "0",
                 _pct(m.tcsr),
-                _pct(m.eta),
                 _num(m.tcaf),
+                end_section=i < len(report.scenarios) - 1 and row is sc.with_pattern,
             )
-        console.print(t)
+    console.print(t)
+    t = table(
+        f"3. All patterns stacked against mixed plane faults (fan-out {fanout}): errors, timeouts, "
+        "latency spikes, drift, truncation, a listed-but-broken tool failing 30% of calls",
+        "patterns",
+        "failed",
+        "blast",
+        "safely",
+        "silently",
+        "TCSR",
+        "ETA",
+        "TCAF",
+        wrap_first=False,
+    )
+    for row in report.mixed_rows:
+        m = row.metrics
+        t.add_row(
+            row.label,
+            _pct(m.task_failure_rate),
+            _pct(m.blast_radius),
+            str(m.failed_safely),
+            f"[bold red]{m.failed_silently}[/]" if m.failed_silently else "0",
+            _pct(m.tcsr),
+            _pct(m.eta),
+            _num(m.tcaf),
+        )
+    console.print(t)
     console.print(
-        "failed safely = noticed, degraded or escalated; failed silently = reported success with a wrong "
-        "answer. Formulas: docs/plane.md",
+        "failed = tasks not succeeded; blast = failed with an injected fault on their own calls; safely = "
+        "noticed, degraded or escalated; silently = reported success with a wrong answer. Formulas: "
+        "docs/plane.md",
         style="dim",
     )
 
@@ -133,19 +158,15 @@ def simulate(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run a plan through the offline simulator and print the plane metrics."""
-    from faultplane.plane.simulator import Patterns, Workload
-    from faultplane.plane.simulator import simulate as run
+    from faultplane.services.plane import simulate_plan
 
-    names = {p.strip() for p in patterns.split(",") if p.strip()}
-    known = {"retry", "degradation", "breaker", "routing"}
-    if names == {"all"}:
-        names = known
-    elif names == {"none"}:
-        names = set()
-    elif not names <= known:
-        _fail(f"--patterns: unknown {sorted(names - known)}; use {sorted(known)}, all or none")
-    result = run(_load(plan), Workload(tasks=tasks, fanout=fanout), Patterns(**{n: True for n in names}))
-    _print_metrics(result.metrics.as_dict(), as_json, title=f"simulation: {result.patterns.label}")
+    loaded = _load(plan)
+    try:
+        out = simulate_plan(loaded, tasks=tasks, fanout=fanout, patterns=patterns)
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    _print_metrics(out["metrics"], as_json, title=f"simulation: {out['patterns']}")
 
 
 def _print_metrics(m: dict[str, Any], as_json: bool, title: str) -> None:
@@ -194,64 +215,55 @@ def validate(plan: Path = typer.Argument(..., help="fault plan file")) -> None:
 def report(
     session: str | None = typer.Option(None, "--session", "-s", help="proxy session id (default: latest)"),
     store: Path | None = typer.Option(None, "--store", help="store file (default: $FAULTPLANE_STORE)"),
-    list_sessions: bool = typer.Option(False, "--list", help="list recorded proxy sessions"),
+    list_sessions_: bool = typer.Option(False, "--list", help="list recorded proxy sessions"),
     as_json: bool = typer.Option(False, "--json"),
     as_toon: bool = typer.Option(False, "--toon", help="print the metrics as TOON (compact, for agents)"),
 ) -> None:
     """Metrics of a recorded proxy session."""
-    from faultplane.plane.metrics import compute_metrics
-    from faultplane.plane.recorder import load_session, plane_store
+    from faultplane.services.plane import NoSuchSessionError, NoSuchStoreError, list_sessions, session_report
 
-    st = plane_store(store)
-    if list_sessions:
-        rows = st.query(
-            "SELECT s.session_id, s.driver, s.target, s.seed, s.started_at, "
-            "(SELECT count(*) FROM plane_calls c WHERE c.session_id = s.session_id) AS calls, "
-            "(SELECT count(*) FROM plane_fault_events f WHERE f.session_id = s.session_id) AS faults "
-            "FROM plane_sessions s ORDER BY s.started_at DESC"
-        )
-        if as_json:
-            typer.echo(json.dumps(rows, indent=2, default=str))
-        else:
-            for r in rows:
-                typer.echo(
-                    f"{r['session_id']}  {r['driver']:5s}  calls={r['calls']:<6} faults={r['faults']:<6} "
-                    f"seed={r['seed']}  {r['target']}"
-                )
+    try:
+        if list_sessions_:
+            rows = list_sessions(store)
+            if as_json:
+                typer.echo(json.dumps(rows, indent=2, default=str))
+            else:
+                for r in rows:
+                    typer.echo(
+                        f"{r['session_id']}  {r['driver']:5s}  calls={r['calls']:<6} faults={r['faults']:<6} "
+                        f"seed={r['seed']}  {r['target']}"
+                    )
+            return
+        out = session_report(session, store)
+    except (NoSuchStoreError, NoSuchSessionError) as exc:
+        _fail(str(exc), 1)
         return
-    found = load_session(st, session)
-    if found is None:
-        _fail(
-            f"no proxy session {session!r} in {st.path}" if session else f"no proxy sessions in {st.path}", 1
-        )
-        return
-    sess, calls, n_events = found
-    m = compute_metrics(calls, fault_events=n_events).as_dict()
-    by_type = st.query(
-        "SELECT fault_name, count(*) AS n FROM plane_fault_events WHERE session_id = ? "
-        "GROUP BY fault_name ORDER BY n DESC",
-        [sess["session_id"]],
-    )
-    m["faults_by_name"] = {r["fault_name"]: int(r["n"]) for r in by_type}
+    sess, m = out["session"], out["metrics"]
     if as_toon:
         import toon_format
 
-        typer.echo(toon_format.encode(json.loads(json.dumps({"session": sess, "metrics": m}, default=str))))
+        typer.echo(toon_format.encode(json.loads(json.dumps(out, default=str))))
         return
     if as_json:
-        typer.echo(json.dumps({"session": sess, "metrics": m}, indent=2, default=str))
+        typer.echo(json.dumps(out, indent=2, default=str))
         return
     _print_metrics(
         m, False, title=f"plane session {sess['session_id']} ({sess['driver']} -> {sess['target']})"
     )
 
 
-@proxy_app.command("stdio", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@proxy_app.command(
+    "stdio",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    options_metavar="[OPTIONS] -- CMD ARGS...",
+)
 def proxy_stdio(
     ctx: typer.Context,
     plan: Path | None = PlanOpt,
     strict: bool = typer.Option(False, "--strict", help="fail closed if the proxy's own logic fails"),
-    session: str | None = typer.Option(None, "--session", help="session id to record under"),
+    session: str | None = typer.Option(
+        None, "--session", help="session id to record under (default: a new one; a repeated id appends)"
+    ),
     store: Path | None = typer.Option(None, "--store", help="store file (default: $FAULTPLANE_STORE)"),
     no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
 ) -> None:
@@ -280,9 +292,11 @@ def proxy_http(
     host: str = typer.Option("127.0.0.1", "--host"),
     path: str = typer.Option("/mcp", "--path", help="the path the proxy serves"),
     strict: bool = typer.Option(False, "--strict", help="fail closed if the proxy's own logic fails"),
-    session: str | None = typer.Option(None, "--session"),
-    store: Path | None = typer.Option(None, "--store"),
-    no_record: bool = typer.Option(False, "--no-record"),
+    session: str | None = typer.Option(
+        None, "--session", help="session id to record under (default: a new one; a repeated id appends)"
+    ),
+    store: Path | None = typer.Option(None, "--store", help="store file (default: $FAULTPLANE_STORE)"),
+    no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
     allow_host: list[str] = typer.Option([], "--allow-host", help="extra Host values (host:port or host:*)"),
     allow_origin: list[str] = typer.Option([], "--allow-origin", help="extra allowed Origin values"),
 ) -> None:

@@ -66,6 +66,8 @@ def uniform(seed: int, index: int, key: str, ordinal: int, salt: str = "") -> fl
 
 def request_id_key(rid: Any) -> str:
     """JSON-RPC ids may be numbers or strings; 1 and "1" are different ids."""
+    if type(rid) is int:
+        return str(rid)  # what json.dumps gives, without its cost on the hot path
     return json.dumps(rid)
 
 
@@ -163,6 +165,7 @@ class FaultEngine:
         self._faults = list(enumerate(plan.faults))
         self._ordinals: dict[str, int] = {}
         self._last_call: dict[str, float] = {}
+        self._scope_cache: dict[tuple[str, str | None], list[tuple[int, Any]]] = {}
         self._selftest = os.environ.get(SELFTEST_ENV) or None
         self._selftest_response = os.environ.get(SELFTEST_RESPONSE_ENV) or None
 
@@ -204,12 +207,7 @@ class FaultEngine:
         else:
             last = None
 
-        for index, fault in self._faults:
-            if isinstance(fault, RegistryInconsistencyFault):
-                if not self._registry_applies(fault, method, tool):
-                    continue
-            elif not fault.matches(method, tool):
-                continue
+        for index, fault in self._scoped(method, tool):
             if isinstance(fault, ColdToolFault):
                 if tool is None:
                     continue
@@ -236,6 +234,23 @@ class FaultEngine:
         if not d.events:
             return None
         return d
+
+    def _scoped(self, method: str, tool: str | None) -> list[tuple[int, Any]]:
+        """The faults whose scope covers (method, tool), memoised: glob matching is the hot part."""
+        hit = self._scope_cache.get((method, tool))
+        if hit is None:
+            hit = [
+                (index, fault)
+                for index, fault in self._faults
+                if (
+                    self._registry_applies(fault, method, tool)
+                    if isinstance(fault, RegistryInconsistencyFault)
+                    else fault.matches(method, tool)
+                )
+            ]
+            if len(self._scope_cache) < 10_000:  # tool names come from clients; keep the memo bounded
+                self._scope_cache[(method, tool)] = hit
+        return hit
 
     @staticmethod
     def _registry_applies(fault: RegistryInconsistencyFault, method: str, tool: str | None) -> bool:

@@ -75,15 +75,36 @@ class _Window:
     outcomes: deque[tuple[bool, bool]]
     opened_at: float | None = None
     probing: bool = False
+    available: int = 0  # running counts over `outcomes`
+    correct: int = 0
+
+    def push(self, available: bool, correct: bool) -> None:
+        if len(self.outcomes) == self.outcomes.maxlen:
+            a, c = self.outcomes[0]
+            self.available -= a
+            self.correct -= a and c
+        self.outcomes.append((available, correct))
+        self.available += available
+        self.correct += available and correct
+
+    def clear(self) -> None:
+        self.outcomes.clear()
+        self.available = self.correct = 0
 
 
 class EtaCircuitBreaker:
-    """Opens a tool's circuit when its windowed ETA (availability x correctness) falls below `threshold`."""
+    """Opens a tool's circuit when its windowed ETA (availability x correctness) falls below `threshold`.
+
+    The breaker is for tools that are down, not for flaky ones: a tool that fails half its calls still
+    answers 7 calls in 8 within three attempts, and opening on it turns rescuable calls into failures. So
+    the default threshold is low (0.2: at least four calls in five fail); set it above the ETA of the
+    flakiest tool that retries still rescue.
+    """
 
     def __init__(
         self,
         *,
-        threshold: float = 0.5,
+        threshold: float = 0.2,
         window: int = 20,
         min_calls: int = 5,
         cooldown_s: float = 5.0,
@@ -108,9 +129,7 @@ class EtaCircuitBreaker:
         if not w.outcomes:
             return None
         n = len(w.outcomes)
-        available = sum(1 for a, _ in w.outcomes if a)
-        correct = sum(1 for a, c in w.outcomes if a and c)
-        return (available / n) * (correct / available if available else 0.0)
+        return (w.available / n) * (w.correct / w.available if w.available else 0.0)
 
     def state(self, tool: str) -> Literal["closed", "open", "half_open"]:
         w = self._w(tool)
@@ -137,11 +156,11 @@ class EtaCircuitBreaker:
             w.probing = False
             if available and correct:
                 w.opened_at = None
-                w.outcomes.clear()
+                w.clear()
             else:
                 w.opened_at = self.clock()
             return
-        w.outcomes.append((available, correct))
+        w.push(available, correct)
         if w.opened_at is None and len(w.outcomes) >= self.min_calls:
             eta = self.eta(tool)
             if eta is not None and eta < self.threshold:
@@ -214,18 +233,43 @@ class DeadlineRouter:
         return self._ewma.get(route, self.default_ms)
 
     def choose(
-        self, tool: str, remaining_ms: float | None, allowed: Callable[[str], bool] | None = None
+        self,
+        tool: str,
+        remaining_ms: float | None,
+        allowed: Callable[[str], bool] | None = None,
+        *,
+        per_call_ms: float | None = None,
     ) -> str | None:
-        """The first route that is allowed and expected to finish in time; None when none is."""
+        """The first allowed route expected to finish in time; None when none is.
+
+        "In time" means within the task's remaining deadline and, preferably, within the per-call timeout
+        (a route expected to exceed it would just time out); when no route fits the timeout, the first that
+        fits the deadline is taken.
+        """
         candidates = self.routes.get(tool) or [tool]
-        for i, route in enumerate(candidates):
-            if allowed is not None and not allowed(route):
-                continue
-            if remaining_ms is None or self.expected_ms(route) * self.safety <= remaining_ms:
-                if i > 0:
-                    self.rerouted += 1
-                return route
+        verdicts: dict[str, bool] = {}
+
+        def ok(route: str) -> bool:
+            # `allowed` may have side effects (a breaker admits one probe): ask once, and only for a route
+            # that would otherwise be taken.
+            if allowed is None:
+                return True
+            if route not in verdicts:
+                verdicts[route] = allowed(route)
+            return verdicts[route]
+
+        budgets = [remaining_ms] if per_call_ms is None else [_min(remaining_ms, per_call_ms), remaining_ms]
+        for budget in budgets:
+            for route in candidates:
+                if (budget is None or self.expected_ms(route) * self.safety <= budget) and ok(route):
+                    if route != candidates[0]:
+                        self.rerouted += 1
+                    return route
         return None
+
+
+def _min(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
 
 
 # --- composition ------------------------------------------------------------------------------------------
@@ -274,7 +318,7 @@ class ResiliencePolicy:
             self.retry.on_first_attempt()
         allowed = self.breaker.allow if self.breaker is not None else None
         if self.router is not None:
-            route = self.router.choose(tool, remaining_ms, allowed)
+            route = self.router.choose(tool, remaining_ms, allowed, per_call_ms=self.call_timeout_ms)
             if route is None:
                 breaker = self.breaker
                 routes = self.router.routes.get(tool) or [tool]
@@ -298,8 +342,10 @@ class ResiliencePolicy:
         usable = available and (self.degradation is None or self.degradation.usable(tool, result.value))
         if self.breaker is not None:
             self.breaker.record(attempt.route, available=available, correct=usable)
-        if self.router is not None and result.outcome != "timeout":
-            self.router.observe(attempt.route, result.latency_ms)
+        if self.router is not None:
+            # A timeout is observed too, as the time it took to give up: a lower bound, but without it a
+            # route that only ever times out would keep its old, optimistic estimate.
+            self.router.observe(attempt.route, result.latency_ms or attempt.timeout_ms or 0.0)
         if usable:
             return PolicyOutcome("ok", result.value, attempts=attempts)
         if available:

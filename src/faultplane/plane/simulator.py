@@ -100,7 +100,7 @@ class _Sim:
         total_items = self.w.items_per_result
         return ResiliencePolicy(
             retry=RetryBudget(0.2, max_attempts=3) if self.p.retry else None,
-            breaker=EtaCircuitBreaker(threshold=0.6, window=20, min_calls=8, cooldown_s=5.0, clock=clock)
+            breaker=EtaCircuitBreaker(threshold=0.2, window=20, min_calls=8, cooldown_s=5.0, clock=clock)
             if self.p.breaker
             else None,
             degradation=GracefulDegradation(
@@ -129,17 +129,15 @@ class _Sim:
             base *= self.w.mirror_latency_factor
         return base * (0.5 + uniform(self.plan.seed, -1, route, call_id, "base"))
 
-    def _answer(self, route: str, rid: int) -> dict[str, Any]:
+    def _answer(self, route: str, rid: int, *, text: bool) -> dict[str, Any]:
         n = self.w.items_per_result
         sc = {"items": [f"{route}-{rid}-{k}" for k in range(n)], "total": n}
+        # The text rendering matters only to a fault that rewrites it; skip the encoding otherwise.
+        content = [{"type": "text", "text": json.dumps(sc)}] if text else []
         return {
             "jsonrpc": "2.0",
             "id": rid,
-            "result": {
-                "content": [{"type": "text", "text": json.dumps(sc)}],
-                "structuredContent": sc,
-                "isError": False,
-            },
+            "result": {"content": content, "structuredContent": sc, "isError": False},
         }
 
     def invoke(self, route: str, timeout_ms: float | None, task_id: str) -> tuple[AttemptResult, bool]:
@@ -163,7 +161,7 @@ class _Sim:
             response, latency = None, float("inf")
             faults += [d.timeout_event.fault_name] if d.timeout_event else []
         else:
-            response = self._answer(route, rid)
+            response = self._answer(route, rid, text=d is not None and bool(d.mutators))
             latency = delay + self._base_latency(route, rid)
             if d is not None:
                 # Calls run one after another here: a duplicate or held answer changes nothing.
