@@ -578,7 +578,7 @@ class _Scanner:
             return  # one finding per place is enough to refuse and to fix
         self._seen.add(where)
         if self._redact is not None:
-            message = f"{self._redact} names production ({rule}); the value is secret and not shown here"
+            message = f"{self._redact} names production; the value is secret and not shown here"
         self.violations.append(
             Violation(
                 rule=rule,

@@ -652,7 +652,9 @@ def refused_journal(p: Plan, decision: Any, store: Store | None, journal_dir: Pa
     )
     runner.writer.start()
     runner.writer.emit({"event": "policy", "policy": _decision_dict(decision)})
-    reasons = "; ".join(f"{v.rule}: {v.message} (fix: {v.fix})" for v in getattr(decision, "violations", []))
+    reasons = "; ".join(
+        f"{v.rule} at {v.field}: {v.message} (fix: {v.fix})" for v in getattr(decision, "violations", [])
+    )
     end = now()
     runner.writer.emit(
         {
