@@ -49,7 +49,7 @@ PLAN = {
         {"type": "registry_inconsistency", "mode": "missing_from_list", "probability": P, "tools": ["ghost"]},
         {"type": "cold_tool", "added_ms": SLOW_MS, "idle_ms": 0, "probability": P, "tools": ["noop"]},
         {"type": "duplicate_response", "probability": P, "tools": ["ident"]},
-        {"type": "reorder", "probability": P, "max_hold_ms": 4000, "tools": ["upper"]},
+        {"type": "reorder", "probability": P, "max_hold_ms": 60000, "tools": ["upper"]},
     ],
 }
 # fault label -> (method, tool, arguments)
@@ -98,15 +98,24 @@ class Wire:
             self.events[msg["id"]].set()
 
     async def send(self, msg: dict[str, Any]) -> None:
+        """Returns once the proxy has taken the request in, so requests reach it in the order sent."""
         raise NotImplementedError
 
-    async def request(self, method: str, params: dict[str, Any], wait: float) -> tuple[Any, float]:
+    async def fire(self, method: str, params: dict[str, Any]) -> Any:
         rid = next(self.ids)
-        t0 = time.perf_counter()
         await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return rid
+
+    async def request(self, method: str, params: dict[str, Any], wait: float) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        rid = await self.fire(method, params)
         with anyio.move_on_after(wait):
             await self.events[rid].wait()
         return rid, time.perf_counter() - t0
+
+    async def settle(self, rids: list[Any]) -> None:
+        """Wait until every copy of the answers to `rids` that is ever going to arrive has arrived."""
+        raise NotImplementedError
 
 
 class StdioWire(Wire):
@@ -119,6 +128,13 @@ class StdioWire(Wire):
     async def send(self, msg: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         await self.proc.stdin.send(json.dumps(msg).encode() + b"\n")
+
+    async def settle(self, rids: list[Any]) -> None:
+        # One ordered pipe, and the proxy writes a duplicate right behind the original: once the answer
+        # to a later ping is in, everything sent before it is in too.
+        ping = await self.fire("ping", {})
+        with anyio.fail_after(30):
+            await self.events[ping].wait()
 
     async def read_forever(self) -> None:
         assert self.proc.stdout is not None
@@ -135,52 +151,100 @@ class HttpWire(Wire):
     def __init__(self, http: httpx2.AsyncClient, url: str, headers: dict[str, str], tg: anyio.abc.TaskGroup):
         super().__init__()
         self.http, self.url, self.headers, self.tg = http, url, headers, tg
+        self.closed: dict[Any, anyio.Event] = defaultdict(anyio.Event)
 
     async def send(self, msg: dict[str, Any]) -> None:
-        self.tg.start_soon(self._post, msg)
+        # The proxy hands the request to the fault engine before it answers with headers: waiting for the
+        # headers keeps the engine's per-tool ordinals in the order of our ids.
+        started = anyio.Event()
+        self.tg.start_soon(self._post, msg, started)
+        with anyio.fail_after(30):
+            await started.wait()
 
-    async def _post(self, msg: dict[str, Any]) -> None:
-        async with self.http.stream("POST", self.url, json=msg, headers=self.headers) as r:
-            buf = b""
-            async for chunk in r.aiter_bytes():
-                buf += chunk.replace(b"\r\n", b"\n")
-                *events, buf = buf.split(b"\n\n")
-                for event in events:
-                    for line in event.split(b"\n"):
-                        if line.startswith(b"data:") and line[5:].strip():
-                            self.arrived(json.loads(line[5:]))
-            if buf.strip() and r.headers.get("content-type", "").startswith("application/json"):
-                self.arrived(json.loads(buf))
+    async def settle(self, rids: list[Any]) -> None:
+        # Each exchange has its own stream; a duplicate travels in the same stream as the original.
+        with anyio.fail_after(30):
+            for rid in rids:
+                await self.closed[rid].wait()
+
+    async def _post(self, msg: dict[str, Any], started: anyio.Event) -> None:
+        try:
+            async with self.http.stream("POST", self.url, json=msg, headers=self.headers) as r:
+                started.set()
+                buf = b""
+                async for chunk in r.aiter_bytes():
+                    buf += chunk.replace(b"\r\n", b"\n")
+                    *events, buf = buf.split(b"\n\n")
+                    for event in events:
+                        for line in event.split(b"\n"):
+                            if line.startswith(b"data:") and line[5:].strip():
+                                self.arrived(json.loads(line[5:]))
+                if buf.strip() and r.headers.get("content-type", "").startswith("application/json"):
+                    self.arrived(json.loads(buf))
+        finally:
+            started.set()
+            self.closed[msg["id"]].set()
 
 
 def first(wire: Wire, rid: Any) -> dict[str, Any] | None:
     return wire.seen[rid][0][1] if wire.seen[rid] else None
 
 
+# Generous bounds, not classification thresholds: an unfaulted call that needs longer than this on a loaded
+# machine would be misread, and nothing else depends on wall-clock time.
+UNHELD_WITHIN_S = 2.0
+ANSWERED_WITHIN_S = 20.0
+
+
+async def observe_reorder(wire: Wire, method: str, params: dict[str, Any]) -> list[int]:
+    """A held answer never arrives by itself (max_hold_ms is far away); it comes out right behind the next
+    response. So: an answer that arrives on its own was not held; one that has not, must arrive after the
+    answer to a ping sent now, and is counted as held only then."""
+    hits = []
+    for i in range(N):
+        rid, _ = await wire.request(method, params, UNHELD_WITHIN_S)
+        if first(wire, rid) is not None:
+            continue
+        mark = next(wire.arrivals)
+        ping, _ = await wire.request("ping", {}, ANSWERED_WITHIN_S)
+        with anyio.fail_after(ANSWERED_WITHIN_S):
+            await wire.events[rid].wait()
+        held_at = wire.seen[rid][0][0]
+        # One pipe keeps order; two HTTP connections only promise "after the ping went out".
+        assert held_at > (wire.seen[ping][0][0] if wire.ordered else mark), i
+        hits.append(i)
+    return hits
+
+
+async def observe_timeouts(wire: Wire, method: str, params: dict[str, Any], swallowed: int) -> list[int]:
+    """Send all N, wait until the answers that are due have all come back, then let any stray one in:
+    the calls still unanswered are the timeouts. No per-call clock."""
+    rids = [await wire.fire(method, params) for _ in range(N)]
+    with anyio.move_on_after(ANSWERED_WITHIN_S):
+        while sum(1 for r in rids if wire.seen[r]) < N - swallowed:
+            await anyio.sleep(0.02)
+    await wire.settle([r for r in rids if wire.seen[r]])
+    await anyio.sleep(0.3)  # a leaked answer would come right behind the others
+    return [i for i, r in enumerate(rids) if not wire.seen[r]]
+
+
 async def observe(wire: Wire) -> dict[str, list[int]]:
     """Call every case N times and classify what came back."""
     hits: dict[str, list[int]] = defaultdict(list)
+    expected = predicted()
     for label, (method, tool, args) in CASES.items():
+        params = {"name": tool, "arguments": args} if tool else {}
+        if label == "reorder":
+            hits[label] = await observe_reorder(wire, method, params)
+            continue
+        if label == "timeout":
+            hits[label] = await observe_timeouts(wire, method, params, len(expected[label]))
+            continue
+        rids = []
         for i in range(N):
-            params = {"name": tool, "arguments": args} if tool else {}
-            wait = {"timeout": 0.3, "reorder": 0.2}.get(label, 10.0)
-            rid, elapsed = await wire.request(method, params, wait)
+            rid, elapsed = await wire.request(method, params, ANSWERED_WITHIN_S)
+            rids.append(rid)
             msg = first(wire, rid)
-            if label == "reorder":
-                if msg is None:  # held: released only by the next response going out
-                    mark = next(wire.arrivals)
-                    ping, _ = await wire.request("ping", {}, 10.0)
-                    with anyio.fail_after(10):
-                        await wire.events[rid].wait()
-                    held_at = wire.seen[rid][0][0]
-                    # One pipe keeps order; two HTTP connections only promise "after the ping went out".
-                    assert held_at > (wire.seen[ping][0][0] if wire.ordered else mark)
-                    hits[label].append(i)
-                continue
-            if label == "timeout":
-                if msg is None:
-                    hits[label].append(i)
-                continue
             assert msg is not None, (label, i)
             result = msg.get("result") or {}
             sc = result.get("structuredContent") or {}
@@ -197,9 +261,8 @@ async def observe(wire: Wire) -> dict[str, list[int]]:
             if hit:
                 hits[label].append(i)
         if label == "duplicate_response":
-            ping, _ = await wire.request("ping", {}, 10.0)  # a barrier: earlier duplicates are in by now
-            ids = sorted(r for r in wire.seen if r != ping)[-N:]
-            hits[label] = [i for i, r in enumerate(ids) if len(wire.seen[r]) == 2]
+            await wire.settle(rids)
+            hits[label] = [i for i, r in enumerate(rids) if len(wire.seen[r]) == 2]
     return hits
 
 
