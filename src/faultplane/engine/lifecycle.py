@@ -666,7 +666,7 @@ def refused_journal(p: Plan, decision: Any, store: Store | None, journal_dir: Pa
             "error": reasons or "refused",
         }
     )
-    return runner.writer.finish()
+    return runner.writer.finish(blast_stage=getattr(decision, "stage", None))
 
 
 def _load_policy(policy_path: str | Path | None) -> Any | None:
