@@ -33,10 +33,12 @@ class ActivityTimeout(ActivityFailed):
     """The provider's own timeout (process or HTTP) expired."""
 
 
-_FUNC_CACHE: dict[tuple[str, str], Callable[..., Any]] = {}
+_FUNC_CACHE: dict[tuple[str, str], tuple[Callable[..., Any], bool, bool, bool]] = {}
 
 
-def _python_func(module: str, func: str) -> Callable[..., Any]:
+def _python_func(module: str, func: str) -> tuple[Callable[..., Any], bool, bool, bool]:
+    """(function, takes `configuration`, takes `secrets`, is a coroutine function), looked up once per run of
+    the process: inspecting a signature costs more than calling a trivial probe."""
     key = (module, func)
     found = _FUNC_CACHE.get(key)
     if found is None:
@@ -44,9 +46,14 @@ def _python_func(module: str, func: str) -> Callable[..., Any]:
             mod = importlib.import_module(module)
         except ImportError as exc:
             raise ActivityFailed(f"cannot import module {module!r}: {exc}") from None
-        found = getattr(mod, func, None)
-        if not callable(found):
+        fn = getattr(mod, func, None)
+        if not callable(fn):
             raise ActivityFailed(f"module {module!r} has no function {func!r}")
+        try:
+            params: Any = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        found = (fn, "configuration" in params, "secrets" in params, inspect.iscoroutinefunction(fn))
         _FUNC_CACHE[key] = found
     return found
 
@@ -61,19 +68,15 @@ def _scoped_secrets(ctx: ActivityContext, scopes: list[str] | None) -> dict[str,
 
 
 async def _run_python(p: PythonProvider, ctx: ActivityContext) -> Any:
-    fn = _python_func(p.module, p.func)
+    fn, wants_configuration, wants_secrets, is_async = _python_func(p.module, p.func)
     kwargs = dict(p.arguments)
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
     # Chaos Toolkit passes configuration/secrets to functions that declare them
-    if "configuration" in params and "configuration" not in kwargs:
+    if wants_configuration and "configuration" not in kwargs:
         kwargs["configuration"] = ctx.configuration
-    if "secrets" in params and "secrets" not in kwargs:
+    if wants_secrets and "secrets" not in kwargs:
         kwargs["secrets"] = _scoped_secrets(ctx, p.secrets)
     try:
-        if inspect.iscoroutinefunction(fn):
+        if is_async:
             return await fn(**kwargs)
         return await anyio.to_thread.run_sync(lambda: fn(**kwargs), abandon_on_cancel=True)
     except TypeError as exc:
