@@ -235,3 +235,213 @@ async def test_stdio_garbage_lines_dont_stop_the_server(server_env: ServerEnv) -
             assert result["isError"] is False and "active_faults" in result["structuredContent"]
             await proc.stdin.aclose()
             await proc.wait()
+
+
+# ---- stdio: 200 property-generated malformed-but-JSON messages ---------------------------------------------
+#
+# Over stdio each line is one message. Lines that are not JSON get no reply (the SDK drops them; there is no
+# -32700 over stdio, see docs/mcp.md). Every JSON line that is not a valid message gets the Invalid Request
+# error JSON-RPC 2.0 requires (-32600, with the request's id when it can be read, else null); valid requests
+# for an unknown method get -32601 and tools/call with bad params -32602; notifications and anything shaped
+# like a response get no reply.
+
+ids = st.one_of(st.integers(1, 10**9), st.text(min_size=1, max_size=8))
+bad_ids = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.floats(0.1, 0.9),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+non_objects = st.one_of(
+    st.integers(), st.text(max_size=5), st.booleans(), st.lists(st.integers(), max_size=2)
+)
+# (message, the reply's expected id or None for null, the expected code) -- or code None: no reply at all
+Expectation = tuple[Any, Any, int | None]
+
+
+@st.composite
+def stdio_case(draw: st.DrawFn) -> Expectation:
+    rid = draw(ids)
+    kind = draw(
+        st.sampled_from(
+            [
+                "envelope",
+                "bad-id",
+                "not-object",
+                "no-method",
+                "unknown",
+                "bad-params",
+                "notification",
+                "response",
+            ]
+        )
+    )
+    if kind == "envelope":
+        msg: Any = {"jsonrpc": "2.0", "id": rid, "method": draw(st.sampled_from(["tools/list", "ping"]))}
+        defect = draw(st.sampled_from(["jsonrpc", "method", "params"]))
+        if defect == "jsonrpc":
+            bad = draw(st.one_of(st.none(), st.integers(), st.text(max_size=5).filter(lambda s: s != "2.0")))
+            if bad is None:
+                del msg["jsonrpc"]
+            else:
+                msg["jsonrpc"] = bad
+        elif defect == "method":
+            if draw(st.booleans()):
+                del msg["method"]
+            else:
+                msg["method"] = draw(
+                    st.one_of(st.none(), non_objects.filter(lambda v: not isinstance(v, str)))
+                )
+        else:
+            msg["params"] = draw(non_objects)
+        return msg, rid, -32600
+    if kind == "bad-id":
+        return {"jsonrpc": "2.0", "id": draw(bad_ids), "method": "tools/list"}, None, -32600
+    if kind == "not-object":
+        return draw(json_values.filter(lambda v: not isinstance(v, dict))), None, -32600
+    if kind == "no-method":
+        return (
+            draw(st.dictionaries(st.sampled_from(["foo", "bar", "x"]), json_scalars, max_size=3)),
+            None,
+            -32600,
+        )
+    if kind == "unknown":
+        method = "x-unknown/" + draw(st.text(max_size=10))
+        return {"jsonrpc": "2.0", "id": rid, "method": method, "params": {}}, rid, -32601
+    if kind == "bad-params":
+        params = draw(
+            st.one_of(
+                st.just({}),
+                st.fixed_dictionaries({"name": non_objects.filter(lambda v: not isinstance(v, str))}),
+                st.fixed_dictionaries(
+                    {
+                        "name": st.just("chaos_status"),
+                        "arguments": non_objects.filter(lambda v: v is not None),
+                    }
+                ),
+            )
+        )
+        return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}, rid, -32602
+    if kind == "notification":
+        return {"jsonrpc": "2.0", "method": "notifications/x-" + draw(st.text(max_size=6))}, None, None
+    return {"jsonrpc": "2.0", "id": rid, "result": draw(non_objects)}, None, None
+
+
+class StdioPeer:
+    """The server as a subprocess, spoken to line by line; every read is bounded."""
+
+    def __init__(self, senv: ServerEnv) -> None:
+        import os
+        import queue
+        import threading
+
+        env = {**os.environ, **senv.env}
+        self.proc = subprocess.Popen(
+            server_argv(), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        self.lines: queue.Queue[bytes] = queue.Queue()
+
+        def pump() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.put(line)
+            self.lines.put(b"")
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def send(self, message: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def read(self) -> dict[str, Any]:
+        line = self.lines.get(timeout=15)
+        assert line, "the server closed stdout"
+        msg = json.loads(line)  # every frame on the wire must be JSON
+        assert isinstance(msg, dict)
+        return msg
+
+    def until(self, want: Any) -> list[dict[str, Any]]:
+        """Every message up to and including the reply with id `want`."""
+        got = []
+        while True:
+            msg = self.read()
+            got.append(msg)
+            if msg.get("id") == want:
+                return got
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def test_stdio_200_generated_malformed_messages_get_the_errors_json_rpc_requires(
+    server_env: ServerEnv,
+) -> None:
+    peer = StdioPeer(server_env)
+    checked: list[Expectation] = []
+    try:
+        peer.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "init",
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "fuzz", "version": "0"},
+                },
+            }
+        )
+        assert peer.until("init")[-1]["result"]["serverInfo"]["name"] == "faultplane"
+        peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+        @settings(
+            max_examples=N_MESSAGES,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(case=stdio_case())
+        def one(case: Expectation) -> None:
+            message, want_id, code = case
+            checked.append(case)
+            ping = f"ping-{len(checked)}"
+            peer.send(message)
+            peer.send({"jsonrpc": "2.0", "id": ping, "method": "ping"})
+            got = peer.until(ping)
+            if code is not None and not any(m.get("id") == want_id and "error" in m for m in got):
+                got += peer.until(want_id)  # the SDK answers requests concurrently: the ping may come first
+            others = [m for m in got if m.get("id") != ping]
+            if code is None:
+                assert others == [], (message, others)
+                return
+            assert len(others) == 1, (message, others)
+            [reply] = others
+            assert reply["jsonrpc"] == "2.0" and reply["id"] == want_id, (message, reply)
+            assert reply["error"]["code"] == code, (message, reply)
+            assert isinstance(reply["error"]["message"], str) and reply["error"]["message"], (message, reply)
+
+        one()
+        assert len(checked) >= N_MESSAGES
+        # still serving: a real tool call works
+        peer.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "last",
+                "method": "tools/call",
+                "params": {"name": "chaos_status", "arguments": {}},
+            }
+        )
+        result = peer.until("last")[-1]["result"]
+        assert result["isError"] is False and "active_faults" in result["structuredContent"]
+    finally:
+        peer.close()
+    assert peer.proc.returncode == 0
