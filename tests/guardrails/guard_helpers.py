@@ -26,6 +26,7 @@ BASE: dict[str, Any] = {
     ],
     "blast_radius": {"percent": 10},
     "slo_gates": [{"name": "errors", "sli": "error_rate", "rollback_on": "error_rate > 0.01 for 30s"}],
+    "load": {"url": "http://127.0.0.1:8080/pay", "rate": 20},  # what the error_rate gate reads
     "steady-state-hypothesis": {
         "title": "the API answers",
         "probes": [

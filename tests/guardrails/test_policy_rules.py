@@ -380,7 +380,9 @@ def test_policy_action_globs_need_approval(tmp_path: Path) -> None:
 def test_engine_hash_and_family_are_used_when_given() -> None:
     doc = base_experiment(blast_radius={"percent": 25})
     approvals.issue_approval("a" * 64, family="fam")
-    d = evaluate(doc, policy=Policy(), store=None, content_hash="c" * 64, family="fam", approval_hash="a" * 64)
+    d = evaluate(
+        doc, policy=Policy(), store=None, content_hash="c" * 64, family="fam", approval_hash="a" * 64
+    )
     assert d.allowed and d.content_hash == "c" * 64 and d.family == "fam" and d.approval_hash == "a" * 64
     # an approval of the content hash alone (the file as written) approves nothing
     approvals.issue_approval("c" * 64, family="fam")
@@ -493,3 +495,64 @@ def test_advice_after_the_third_green_run(store: Store) -> None:
     assert advice_after_run(store, FAMILY, Policy(), green=True, stage=1) == []
     (advice,) = advice_after_run(store, FAMILY, Policy(), green=True, stage=0)
     assert "3 consecutive green runs at stage 0" in advice
+
+
+# ---- a gate needs something to measure it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sli", ["error_rate", "latency_p99", "availability", "throughput"])
+def test_a_load_gate_without_load_is_refused_naming_gate_and_fix(sli: str) -> None:
+    op_value = "< 0.99" if sli == "availability" else "> 0.01"
+    gate = {"name": "users-see-it", "sli": sli, "rollback_on": f"{sli} {op_value} for 10s"}
+    doc = base_experiment(slo_gates=[gate], load=None)
+    (v,) = evaluate(doc, policy=Policy(), store=None).violations
+    assert v.rule == "gates.source" and v.field == "slo_gates[0].sli"
+    assert "'users-see-it'" in v.message and "load:" in v.fix and "sli: probe" in v.fix
+    assert evaluate(base_experiment(slo_gates=[gate]), policy=Policy(), store=None).allowed  # BASE has load
+
+
+def test_a_prometheus_gate_needs_a_server() -> None:
+    gate = {
+        "name": "p99",
+        "sli": "prometheus",
+        "rollback_on": "prometheus > 0.5 for 10s",
+        "prometheus": {"query": "histogram_quantile(0.99, rate(x[1m]))"},
+    }
+    assert _rules(base_experiment(slo_gates=[gate])) == ["gates.source"]
+    gate["prometheus"] = {**gate["prometheus"], "url": "http://127.0.0.1:9090"}
+    assert _rules(base_experiment(slo_gates=[gate])) == []
+
+
+def test_a_probe_gate_needs_no_load() -> None:
+    gate = {
+        "name": "health",
+        "sli": "probe",
+        "rollback_on": "probe > 499 for 5s",
+        "probe": {"type": "probe", "name": "h", "provider": {"type": "http", "url": "http://127.0.0.1:1/"}},
+    }
+    assert _rules(base_experiment(slo_gates=[gate], load=None)) == []
+
+
+@pytest.mark.anyio
+async def test_the_engine_refuses_an_unmeasurable_gate_instead_of_aborting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faultplane.engine.lifecycle import execute
+
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
+    marker = tmp_path / "ran"
+    doc = base_experiment(
+        load=None,
+        **{"steady-state-hypothesis": None},
+        method=[
+            {
+                "type": "action",
+                "name": "t",
+                "provider": {"type": "process", "path": "touch", "arguments": [str(marker)]},
+            }
+        ],
+    )
+    journal = await execute(doc, store=Store(tmp_path / "s.duckdb"))
+    assert journal.status == "refused" and "gates.source" in (journal.error or "") and not marker.exists()

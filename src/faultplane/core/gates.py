@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["GatePredicate", "GateSpec", "parse_predicate"]
+__all__ = ["LOAD_SLIS", "GatePredicate", "GateSpec", "parse_predicate"]
 
 SliName = Literal[
     "error_rate",
@@ -19,6 +19,9 @@ SliName = Literal[
     "probe",
     "prometheus",
 ]
+
+# the SLIs read from the built-in load generator's figures: a gate on one needs the experiment's `load:`
+LOAD_SLIS = ("error_rate", "latency_p50", "latency_p95", "latency_p99", "availability", "throughput")
 
 _PREDICATE = re.compile(
     r"^\s*(?P<metric>[a-z_][a-z0-9_]*)\s*(?P<op>>=|<=|>|<|==)\s*(?P<value>-?\d+(?:\.\d+)?)\s*(?P<unit>ms|s|%)?"

@@ -34,7 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from faultplane.core import approval as approvals
-from faultplane.core.gates import GateSpec
+from faultplane.core.gates import LOAD_SLIS, GateSpec
 
 if TYPE_CHECKING:
     from faultplane.core.store import Store
@@ -785,6 +785,24 @@ _FRACTION_SLIS = {"error_rate", "availability"}
 _GATE_EXAMPLE = '`slo_gates: [{name: errors, sli: error_rate, rollback_on: "error_rate > 0.01 for 30s"}]`'
 
 
+def _gate_source_problem(spec: GateSpec, raw: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(message, fix) when nothing in the run can measure this gate: it would abort the run at its first
+    sample (or, with `on_missing: ignore`, guard nothing), so it is refused up front instead."""
+    if spec.sli in LOAD_SLIS and not raw.get("load"):
+        return (
+            f"gate {spec.name!r} reads {spec.sli} from the built-in load generator, but the experiment has no "
+            "`load:`, so nothing can measure it",
+            "declare `load: {url: http://127.0.0.1:8080/, rate: 20}`, or measure it with `sli: probe` "
+            "(a `probe:` activity) or `sli: prometheus` (a `prometheus: {url, query}` block)",
+        )
+    if spec.sli == "prometheus" and not (spec.prometheus or {}).get("url"):
+        return (
+            f"gate {spec.name!r} queries Prometheus but names no server",
+            "add `url:` to its `prometheus:` block, e.g. http://127.0.0.1:9090",
+        )
+    return None
+
+
 def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
     out: list[Violation] = []
     gates = raw.get("slo_gates")
@@ -845,6 +863,10 @@ def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
                     "sample at least once per window: lower interval_s or widen `for <N>s`",
                 )
             )
+            continue
+        source = _gate_source_problem(spec, raw)
+        if source is not None:
+            out.append(Violation("gates.source", f"{where}.sli", *source))
             continue
         valid.append(spec)
     if rules.required and len(valid) < max(rules.min_gates, 1 if rules.required else 0) and not out:

@@ -14,11 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from faultplane.core.gates import GateSpec
+from faultplane.core.gates import LOAD_SLIS, GateSpec
 
 __all__ = ["LOAD_SLIS", "LoadFigures", "SliError", "SliSources", "missing_sources", "to_number"]
-
-LOAD_SLIS = ("error_rate", "latency_p50", "latency_p95", "latency_p99", "availability", "throughput")
 
 
 class SliError(RuntimeError):
