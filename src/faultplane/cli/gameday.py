@@ -14,7 +14,11 @@ from rich.table import Table
 from faultplane.core.formats import ExperimentError, dumps
 
 app = typer.Typer(
-    help="GameDays: campaigns of experiments in lanes, under shared load, scored.", no_args_is_help=True
+    help="GameDays: campaigns of experiments in lanes (ordered or parallel), under one shared load, scored "
+    "by pass rate, recovery, load impact and compliance coverage (formula: docs/gamedays.md).\n\n"
+    "faultplane gameday run orders.yaml --var service_url=http://127.0.0.1:8080; "
+    "faultplane gameday analyze (the newest); faultplane gameday list.",
+    no_args_is_help=True,
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -94,17 +98,25 @@ def _print_analysis(a: Any) -> None:
 
 @app.command()
 def run(
-    file: Annotated[Path, typer.Argument(help="GameDay YAML/JSON file")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="GameDay YAML/JSON file: name, lanes, optional load and slo", show_default=False),
+    ],
     var: VarOpt = None,
     var_file: VarFileOpt = None,
-    policy: Annotated[Path | None, typer.Option("--policy", help="policy file")] = None,
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="policy file (default: the one in force)")
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="walk every run without touching anything")
     ] = False,
     store: StoreOpt = None,
     output: OutputOpt = "text",
 ) -> None:
-    """Run every lane of a GameDay; exit 0 when every planned run passed, 1 otherwise, 2 on bad input."""
+    """Run every lane of a GameDay; exit 0 when every planned run passed, 1 otherwise, 2 on bad input.
+
+    Everything is checked before the first run (file, experiments, variables); every run then goes through the
+    policy, its SLO gates and rollbacks like a single `faultplane run`. The GameDay and its runs are stored."""
     from faultplane.services.gameday import run_gameday
 
     if not file.is_file():
@@ -130,6 +142,9 @@ def run(
         )
     except ExperimentError as exc:
         print_issues(exc, "invalid GameDay")
+        raise typer.Exit(2) from None
+    except ValueError as exc:  # a variable that does not parse, a broken policy file: the message names it
+        err_console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if not emit(analysis, output):
         _print_analysis(analysis)

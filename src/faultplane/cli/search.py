@@ -10,32 +10,44 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from faultplane.cli.gameday import emit, print_issues, variables
+from faultplane.cli.gameday import emit, err_console, print_issues, variables
 from faultplane.core.formats import ExperimentError
 
 console = Console()
 
 
 def search(
-    spec: Annotated[Path, typer.Argument(help="search spec YAML: experiment, parameters, objective, budget")],
+    spec: Annotated[
+        str,
+        typer.Argument(
+            help="search spec: a YAML/JSON file (experiment, parameters, objective, budget), or the name of a "
+            "bundled one, e.g. search-payment",
+            show_default=False,
+        ),
+    ],
     var: Annotated[list[str] | None, typer.Option("--var", help="name=value for the experiment")] = None,
     var_file: Annotated[Path | None, typer.Option("--var-file", help="file of variables")] = None,
-    budget: Annotated[int | None, typer.Option("--budget", help="most trials (real runs)")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="sampler seed")] = None,
-    sampler: Annotated[str | None, typer.Option("--sampler", help="nsga2 | tpe | random")] = None,
+    budget: Annotated[int | None, typer.Option("--budget", help="most trials (each a real run)")] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="sampler seed (same seed, same proposals)")
+    ] = None,
+    sampler: Annotated[str | None, typer.Option("--sampler", help="nsga2 (genetic) | tpe | random")] = None,
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="policy file (default: the one in force)")
+    ] = None,
     store: Annotated[Path | None, typer.Option("--store", help="DuckDB store file")] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
 ) -> None:
     """Search fault parameters for the combination that takes an SLO just past its bound.
 
+    Every trial is a real run of the experiment (policy, gates and rollbacks as always); an optuna sampler
+    proposes the next parameters from the measured ones. See docs/gamedays.md, "Boundary search".
+
     Exit 0 when a breaching configuration was found, 1 when none was within the budget, 3 when the policy
     refused a trial, 2 on bad input."""
     from faultplane.core.store import Store
-    from faultplane.services.search import SearchSpec, load_search_spec, run_search
+    from faultplane.services.search import load_search_spec, run_search, with_overrides
 
-    if not spec.is_file():
-        console.print(f"[red]spec: {spec} does not exist[/]; fix: pass a search spec YAML file")
-        raise typer.Exit(2)
     quiet = output != "text"
 
     def progress(t: Any) -> None:
@@ -44,19 +56,23 @@ def search(
             console.print(f"  trial {t.trial}: {t.params} -> {t.measured} {mark} ({t.run_status})")
 
     try:
-        s = load_search_spec(spec)
-        overrides = {
-            k: v for k, v in (("budget", budget), ("seed", seed), ("sampler", sampler)) if v is not None
-        }
-        s = SearchSpec.model_validate(
-            {**s.model_dump(), **overrides, "variables": {**s.variables, **variables(var, var_file)}}
+        s = with_overrides(
+            load_search_spec(spec),
+            budget=budget,
+            seed=seed,
+            sampler=sampler,
+            variables=variables(var, var_file),
         )
-        result = anyio.run(lambda: run_search(s, store=Store(store) if store else None, on_trial=progress))
+        result = anyio.run(
+            lambda: run_search(
+                s, store=Store(store) if store else None, on_trial=progress, policy_path=policy
+            )
+        )
     except ExperimentError as exc:
         print_issues(exc, "invalid search")
         raise typer.Exit(2) from None
-    except ValueError as exc:  # a pydantic error from the CLI overrides
-        console.print(f"[red]{exc}[/]")
+    except ValueError as exc:  # a variable that does not parse, a broken policy file: the message names it
+        err_console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if not emit(result, output):
         t = Table("trial", "params", "measured", "breached", "fitness", "run", title=result.objective)

@@ -208,25 +208,27 @@ def register(server: Any, cfg: Any = None) -> None:
         spec: Annotated[
             str,
             Field(
-                description="search spec (file path or YAML/JSON text): experiment, parameters "
-                "{name: {type, low, high, severity}}, objective {source: gate|probe|load, name, bound}, "
-                "budget, seed, sampler (nsga2|tpe|random)"
+                description="search spec: a file path, a bundled spec name (search-payment) or YAML/JSON "
+                "text with experiment, parameters {name: {type, low, high, severity}}, objective "
+                "{source: gate|probe|load, name, bound}, budget, seed, sampler (nsga2|tpe|random). Runs "
+                "under the server's policy; a spec naming its own `policy` is refused"
             ),
         ],
         variables: Annotated[dict[str, Any] | None, Field(description="fixed experiment variables")] = None,
     ) -> SearchOutput:
         """Boundary search: run the experiment up to `budget` times with sampled fault parameters (optuna,
         seeded) and find the combination that takes the SLO just past its bound. Every trial is a real,
-        policy-checked, gated run; the search and its trials are stored."""
-        from faultplane.services.search import SearchSpec, load_search_spec, run_search
+        policy-checked, gated run under the server's policy; the search and its trials are stored."""
+        from faultplane.services.search import load_search_spec, run_search, with_overrides
 
         try:
-            s = load_search_spec(_text_source(spec))
-            if variables:
-                s = SearchSpec.model_validate({**s.model_dump(), "variables": {**s.variables, **variables}})
-            result = await run_search(s, store=_store(cfg))
+            s = with_overrides(load_search_spec(spec), variables=variables)
+            # the agent wrote the spec: it never chooses the policy its trials are checked against
+            result = await run_search(s, store=_store(cfg), allow_spec_policy=False)
         except ExperimentError as exc:
             raise ToolError(_issues(exc)) from None
+        except ValueError as exc:  # a broken policy file in force: its message names the fix
+            raise ToolError(f"policy: {exc}") from None
         return SearchOutput(
             search_id=result.search_id,
             status=result.status,

@@ -267,11 +267,23 @@ async def run_gameday(
 
     Everything is checked before the first run: the file, every experiment (found, valid, variables known).
     """
+    from faultplane.core.policy import PolicyError, load_policy
     from faultplane.engine.lifecycle import plan
     from faultplane.services.compliance import normalise_tag, tags_for
     from faultplane.services.experiments import run_experiment
 
     gd, base = load_gameday(source)
+    try:
+        # a broken or missing policy file stops the GameDay before anything runs, not inside a lane
+        load_policy(policy_path)
+    except PolicyError as exc:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="policy", message=str(exc), fix="correct the policy file or pass --policy"
+                )
+            ]
+        ) from None
     overrides = dict(variables or {})
     store = store or open_store()
     store.ensure_schema("gameday", _MIGRATIONS)

@@ -45,6 +45,7 @@ __all__ = [
     "list_searches",
     "load_search_spec",
     "run_search",
+    "with_overrides",
 ]
 
 _MIGRATIONS = [
@@ -174,7 +175,11 @@ class SearchSpec(_Strict):
         None, ge=1, description="end early after this many breaching trials"
     )
     cooldown_s: float = Field(0.0, ge=0, le=300, description="pause between trials so the system settles")
-    policy: str | None = Field(None, description="policy file (default: the one in force)")
+    policy: str | None = Field(
+        None,
+        description="policy file (default: the one in force); refused when the search comes from an agent "
+        "(MCP), which always runs under the server's policy",
+    )
 
 
 class TrialResult(BaseModel):
@@ -212,16 +217,46 @@ class SearchResult(BaseModel):
 
 
 def load_search_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
-    """A search spec from a YAML/JSON file, text or mapping; relative experiment paths follow the file."""
+    """A search spec from a YAML/JSON file, text, mapping or the name of a bundled spec (`search-payment`);
+    relative experiment and policy paths follow the file."""
     base: Path | None = None
     if isinstance(source, Mapping):
         data = dict(source)
     else:
+        if isinstance(source, str) and _looks_like_name(source):
+            source = _find_spec(source)
+        elif isinstance(source, str) and "\n" not in source and source.lstrip().startswith("{"):
+            source += "\n"  # one-line JSON text, not a path that happens to contain a dot
         if isinstance(source, Path) or (
             isinstance(source, str) and "\n" not in source and len(source) < 4096 and Path(source).is_file()
         ):
             base = Path(source).resolve().parent
-        data = load_document(source)
+        try:
+            data = load_document(source)
+        except ExperimentError as exc:
+            # load_document speaks of experiments; here the document is the search spec
+            raise ExperimentError(
+                [
+                    ValidationIssue(
+                        field="spec" if i.field == "experiment" else i.field,
+                        message=i.message,
+                        fix="pass a search spec file (.yaml/.json), its YAML/JSON text, or a bundled spec "
+                        "name such as search-payment",
+                    )
+                    for i in exc.issues
+                ]
+            ) from None
+    if "method" in data and "parameters" not in data:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="spec",
+                    message="this is an experiment, not a search spec",
+                    fix="write a search spec that names it: experiment: <its path>, parameters: {...}, "
+                    "objective: {...} (docs/gamedays.md, 'Boundary search')",
+                )
+            ]
+        )
     try:
         spec = SearchSpec.model_validate(data)
     except ValidationError as exc:
@@ -230,7 +265,51 @@ def load_search_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
         candidate = base / spec.experiment
         if candidate.is_file():
             spec.experiment = str(candidate)
+    if base is not None and spec.policy and not Path(spec.policy).expanduser().is_absolute():
+        spec.policy = str(base / spec.policy)
     return spec
+
+
+def with_overrides(spec: SearchSpec, **changes: Any) -> SearchSpec:
+    """`spec` with some fields replaced (None leaves a field as it is) and `variables` merged over its own;
+    raises ExperimentError naming the field when a value is out of range."""
+    data = spec.model_dump()
+    extra = changes.pop("variables", None) or {}
+    data.update({k: v for k, v in changes.items() if v is not None})
+    data["variables"] = {**spec.variables, **extra}
+    try:
+        return SearchSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ExperimentError(issues_from_pydantic(exc)) from None
+
+
+def _looks_like_name(text: str) -> bool:
+    return (
+        "\n" not in text
+        and "{" not in text
+        and ":" not in text
+        and not Path(text).suffix
+        and (not Path(text).exists())
+    )
+
+
+def _find_spec(name: str) -> Path:
+    """A spec by name, in the directories experiments are listed from (the bundled examples last)."""
+    from faultplane.services.experiments import experiment_dirs
+
+    for d in experiment_dirs():
+        for suffix in (".yaml", ".yml", ".json"):
+            if (d / f"{name}{suffix}").is_file():
+                return d / f"{name}{suffix}"
+    raise ExperimentError(
+        [
+            ValidationIssue(
+                field="spec",
+                message=f"no search spec file or bundled spec named {name!r}",
+                fix="pass a search spec file path, or a bundled spec name such as search-payment",
+            )
+        ]
+    )
 
 
 def _describe(obj: Objective, gate: Any | None) -> tuple[str, float, str]:
@@ -347,16 +426,51 @@ async def run_search(
     store: Store | None = None,
     on_trial: Callable[[TrialResult], None] | None = None,
     journal_dir: Path | None = None,
+    policy_path: str | Path | None = None,
+    allow_spec_policy: bool = True,
 ) -> SearchResult:
-    """Search for the barely-breaching fault parameters. Raises ExperimentError on invalid input."""
+    """Search for the barely-breaching fault parameters. Raises ExperimentError on invalid input.
+
+    The policy: `policy_path` (the operator's choice, e.g. `--policy`), else the spec's `policy`, else the one
+    in force. A caller that does not trust the spec's author (an MCP agent) passes `allow_spec_policy=False`:
+    a spec naming its own policy file is then refused, so it cannot swap in a laxer one."""
     import optuna
 
+    from faultplane.core.policy import PolicyError, load_policy
     from faultplane.engine.lifecycle import plan
     from faultplane.services.experiments import _load, run_experiment
     from faultplane.services.runs import load_journal
 
     if not isinstance(spec, SearchSpec):
         spec = load_search_spec(spec)
+    if spec.policy and not allow_spec_policy:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="policy",
+                    message=f"this search may not choose its policy file ({spec.policy!r}): a search started "
+                    "by an agent runs under the policy in force, so it cannot pick a laxer one",
+                    fix="remove `policy` from the spec; whoever runs the server sets the policy "
+                    "(faultplane.policy.yaml in its project directory, or $FAULTPLANE_POLICY)",
+                )
+            ]
+        )
+    policy = policy_path if policy_path is not None else spec.policy
+    try:
+        # a broken or missing policy file stops the search before the first trial, named as such
+        load_policy(policy)
+    except PolicyError as exc:
+        raise ExperimentError(
+            [
+                ValidationIssue(
+                    field="policy",
+                    message=str(exc),
+                    fix="correct the policy file, or name an existing one (--policy, or `policy` in the spec)"
+                    if allow_spec_policy
+                    else "the server's policy file is broken: whoever runs the server must fix it",
+                )
+            ]
+        ) from None
     store = store or open_store()
     store.ensure_schema("search", _MIGRATIONS)
     raw = _load(spec.experiment if isinstance(spec.experiment, str) else dict(spec.experiment))
@@ -413,7 +527,7 @@ async def run_search(
                 raw,
                 variables={**spec.variables, **params},
                 store=store,
-                policy_path=spec.policy,
+                policy_path=policy,
                 journal_dir=journal_dir,
             )
         except ExperimentError as exc:
