@@ -10,6 +10,7 @@ import yaml
 
 from faultplane.core.formats import ExperimentError
 from faultplane.core.store import Store
+from faultplane.services.runs import load_journal
 from faultplane.services.search import list_searches, run_search
 
 pytestmark = pytest.mark.anyio
@@ -54,6 +55,49 @@ async def test_seeded_search_finds_the_latency_boundary_within_budget(
     assert [r["run_id"] for r in stored] == [t.run_id for t in result.trials]
     [head] = [s for s in list_searches(store) if s["search_id"] == result.search_id]
     assert head["found_breach"] and '"ms"' in head["best_params"]
+
+
+async def test_an_objective_read_from_a_gate_finds_the_breach_within_budget(
+    demo_url: str, experiments_dir: Path, store: Store
+) -> None:
+    """Fitness from gate measurements: each trial's number is the worst sample the SLO gate took of the real
+    orders latency while the fault was held; the bound and its side are the gate's own (`probe > 800`).
+    Budget: 8 trials (8 real runs of about 3 s each). NSGA-II, seed 3, population 4."""
+    result = await run_search(
+        {
+            "experiment": str(experiments_dir / "demo-db-latency-gate.yaml"),
+            "variables": {"service_url": demo_url},
+            "parameters": {"ms": {"type": "int", "low": 0, "high": 1500, "step": 10}},
+            "objective": {"source": "gate", "name": "orders-latency"},
+            "budget": 8,
+            "seed": 3,
+            "sampler": "nsga2",
+            "population": 4,
+        },
+        store=store,
+    )
+    assert result.objective == "gate orders-latency > 800"
+    assert result.status == "completed" and len(result.trials) == 8
+    assert all(t.run_status == "completed" and t.measured is not None for t in result.trials), result.trials
+    for t in result.trials:
+        # the measurement is the gate's worst sample in that run's journal, and it is the fault's doing:
+        # an order cannot answer faster than the database latency injected for it
+        journal = load_journal(t.run_id, store)
+        samples = [s["value"] for s in journal["gates"]["samples"] if s["gate"] == "orders-latency"]
+        assert samples and t.measured == pytest.approx(max(samples), abs=1e-3)
+        assert t.measured >= t.params["ms"]
+        assert t.breached == (t.measured > 800)
+    assert result.found_breach and result.best is not None
+    assert result.best.measured > 800 and result.best.params["ms"] > 700
+    breaching = [t for t in result.trials if t.breached]
+    assert result.best.fitness == min(t.fitness for t in breaching if t.fitness is not None)
+    holds = result.boundary and result.boundary["holds"]
+    assert holds is not None and holds["ms"] < result.best.params["ms"]
+    assert result.boundary is not None and result.boundary["holds_measured"] <= 800
+    stored = store.query(
+        "SELECT objective, found_breach FROM searches WHERE search_id = ?", [result.search_id]
+    )
+    assert stored == [{"objective": "gate orders-latency > 800", "found_breach": True}]
 
 
 async def test_the_same_seed_proposes_the_same_trials(

@@ -123,20 +123,16 @@ def test_cli_search_exit_codes(demo_url: str, experiments_dir: Path, tmp_path: P
 @pytest.mark.anyio
 async def test_mcp_tools(demo_url: str, experiments_dir: Path, tmp_path: Path) -> None:
     from faultplane.mcp_server.server import ServerConfig, build_server
-    from faultplane.mcp_server.tools_campaigns import register
     from mcp import Client
 
     cfg = ServerConfig(seed=1, store_path=tmp_path / "mcp.duckdb")
+    # build_server registers the campaign tools itself: the server as agents get it
     server = build_server(cfg)
-    register(server, cfg)
     async with Client(server) as c:
-        names = {t.name for t in (await c.list_tools()).tools}
-        assert {
-            "chaos_gameday_run",
-            "chaos_gameday_analyze",
-            "chaos_design_experiment",
-            "chaos_search",
-        } <= names
+        names = [t.name for t in (await c.list_tools()).tools]
+        campaign = ["chaos_gameday_run", "chaos_gameday_analyze", "chaos_design_experiment", "chaos_search"]
+        assert set(campaign) <= set(names)
+        assert all(names.count(n) == 1 for n in campaign)
 
         r = await c.call_tool(
             "chaos_design_experiment",
@@ -184,3 +180,74 @@ async def test_mcp_tools(demo_url: str, experiments_dir: Path, tmp_path: Path) -
         assert r.structured_content["trials"] == 2 and "ms" in r.structured_content["toon"]
         bad = await c.call_tool("chaos_search", {"spec": yaml.safe_dump({**spec, "budget": 0})})
         assert bad.is_error and "budget" in bad.content[0].text
+
+
+LAX_POLICY = {
+    "forbidden": {"extend_defaults": False, "words": [], "labels": {}},
+    "gates": {"required": False, "min_gates": 0, "require_window": False},
+}
+
+
+@pytest.mark.anyio
+async def test_mcp_campaign_tools_run_under_the_servers_policy_only(
+    demo_url: str, experiments_dir: Path, tmp_path: Path
+) -> None:
+    """An agent cannot swap in a lax policy file: the MCP surface refuses a spec that names one, and without it
+    the policy in force decides (here the strict default, which refuses a production target)."""
+    from faultplane.core.store import Store
+    from faultplane.mcp_server.server import ServerConfig, build_server
+    from faultplane.services.experiments import validate_experiment
+    from mcp import Client
+
+    lax = tmp_path / "lax.policy.yaml"
+    lax.write_text(yaml.safe_dump(LAX_POLICY))
+    prod = yaml.safe_load((experiments_dir / "demo-db-latency.yaml").read_text())
+    prod["targets"][0]["labels"]["env"] = "production"
+    # the lax file is a real bypass: it lets the production experiment through, the policy in force does not
+    assert validate_experiment(prod, variables={"service_url": demo_url}, policy_path=lax).valid
+    assert not validate_experiment(prod, variables={"service_url": demo_url}).valid
+
+    store_path = tmp_path / "mcp.duckdb"
+    cfg = ServerConfig(seed=1, store_path=store_path)
+    spec = {
+        "experiment": prod,
+        "parameters": {"ms": {"type": "int", "low": 0, "high": 1500, "step": 10}},
+        "objective": {"source": "probe", "name": "orders-latency-under-fault", "bound": 1000},
+        "budget": 2,
+        "seed": 5,
+    }
+    async with Client(build_server(cfg)) as c:
+        for policy in (str(lax), "lax.policy.yaml"):
+            r = await c.call_tool(
+                "chaos_search",
+                {"spec": yaml.safe_dump({**spec, "policy": policy}), "variables": {"service_url": demo_url}},
+            )
+            assert r.is_error, r
+            text = r.content[0].text
+            assert "chaos_search: policy:" in text and "policy in force" in text and "remove `policy`" in text
+        # without the field, the policy in force decides, trial by trial
+        r = await c.call_tool(
+            "chaos_search", {"spec": yaml.safe_dump(spec), "variables": {"service_url": demo_url}}
+        )
+        assert not r.is_error, r
+        out = r.structured_content
+        assert out["status"] == "refused" and "production" in out["message"] and not out["found_breach"]
+
+        # the GameDay and design tools have no way to name a policy at all: the key is refused by name
+        gd = yaml.safe_load((experiments_dir / "gameday-orders.yaml").read_text())
+        r = await c.call_tool("chaos_gameday_run", {"gameday": yaml.safe_dump({**gd, "policy": str(lax)})})
+        assert r.is_error and "policy" in r.content[0].text and "remove" in r.content[0].text
+        r = await c.call_tool(
+            "chaos_design_experiment",
+            {
+                "service": "cache",
+                "kind": "redis",
+                "url": "redis://127.0.0.1:6379/0",
+                "options": {"policy": str(lax)},
+            },
+        )
+        assert r.is_error and "policy" in r.content[0].text and "remove" in r.content[0].text
+
+    # nothing ran but the one refused trial, and it was refused by the strict default, not the lax file
+    runs = Store(store_path).query("SELECT status FROM runs")
+    assert runs == [{"status": "refused"}]
