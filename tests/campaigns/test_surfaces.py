@@ -120,6 +120,52 @@ def test_cli_search_exit_codes(demo_url: str, experiments_dir: Path, tmp_path: P
         path.unlink()
 
 
+def test_cli_search_bad_input_names_the_field_without_a_traceback(
+    experiments_dir: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "experiment": str(experiments_dir / "demo-db-latency.yaml"),
+                "parameters": {"ms": {"type": "int", "low": 0, "high": 100}},
+                "objective": {"source": "probe", "name": "orders-latency-under-fault", "bound": 1000},
+                "budget": 1,
+            }
+        )
+    )
+    cases = [
+        (["search", "no-such-spec"], "spec", "search-payment"),
+        (["search", str(tmp_path / "missing.yaml")], "spec", "file not found"),
+        (["search", str(experiments_dir / "demo-db-latency.yaml")], "spec", "not a search spec"),
+        (["search", str(spec), "--sampler", "ga"], "sampler", "fix:"),
+        (["search", str(spec), "--var", "novalue"], "--var", "name=value"),
+        (["search", str(spec), "--policy", str(tmp_path / "nope.policy.yaml")], "policy", "does not exist"),
+        (
+            ["gameday", "run", str(experiments_dir / "gameday-orders.yaml"), "--policy", "x.yaml"],
+            "policy",
+            "fix:",
+        ),
+    ]
+    for args, field, words in cases:
+        r = runner.invoke(cli(), args)
+        assert r.exit_code == 2, (args, r.output)
+        assert field in r.output and words in r.output, (args, r.output)
+        assert r.exception is None or isinstance(r.exception, SystemExit), (args, r.exception)
+        assert "Traceback" not in r.output
+    # nothing ran: every refusal came before the first trial
+    from faultplane.core.store import Store
+
+    assert Store(tmp_path / "store.duckdb").query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
+
+
+def test_bundled_search_spec_and_help_read_well() -> None:
+    r = invoke("search", "--help")
+    assert r.exit_code == 0 and "search-payment" in r.output and "--policy" in r.output
+    r = invoke("gameday", "--help")
+    assert r.exit_code == 0 and "lanes" in r.output and "gameday run" in r.output
+
+
 @pytest.mark.anyio
 async def test_mcp_tools(demo_url: str, experiments_dir: Path, tmp_path: Path) -> None:
     from faultplane.mcp_server.server import ServerConfig, build_server
