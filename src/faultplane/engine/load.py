@@ -47,7 +47,7 @@ _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 
 class LoadSpec(BaseModel):
-    """The experiment's `load:` mapping (also the arguments of `faultplane load run`)."""
+    """The experiment's `load:` mapping (also the options of `faultplane load URL`)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -255,6 +255,10 @@ class LoadGenerator:
         except httpx.HTTPError as exc:
             kind = type(exc).__name__
         except OSError as exc:
+            kind = type(exc).__name__
+        except Exception as exc:
+            # anything else (a broken event hook, a transport bug) fails this request, never the whole run;
+            # cancellation is a BaseException and still stops it
             kind = type(exc).__name__
         finally:
             self.in_flight -= 1

@@ -130,17 +130,24 @@ def evidence(journal: Mapping[str, Any]) -> Evidence:
             if at is not None and (r.get("activity") or {}).get("type") == "action":
                 ev.actions.append((at - origin, section, str(r["activity"].get("name", ""))))
 
-    callers: list[dict[str, Any]] = []
+    callers: dict[str, list[dict[str, Any]]] = {"run": [], "rollbacks": []}
     pools: dict[str, list[dict[str, Any]]] = {"run": [], "rollbacks": []}
     for section, _name, output in _outputs(journal):
         for d in _dicts(output):
             if "retry_amplification" in d and "attempts" in d:
-                callers.append(d)
+                callers[section].append(d)
             elif isinstance(d.get("pool"), dict) and "size" in d["pool"] and "pool_timeouts" in d:
                 pools[section].append(d)
-    if callers:
-        # the reading that covers the most requests covers the whole fault window
-        ev.caller = max(callers, key=lambda d: d.get("requests") or 0)
-    # a rollback's reading was taken last, so it covers the whole fault window; probes are the fallback
-    ev.pools = pools["rollbacks"] or pools["run"]
+    # Which reading covers this run's fault window is a matter of time, not of size: the method's first
+    # reading may be the reply of the action that reset the counters, holding the *previous* period (another
+    # run's storm). The counters restart in the method, so the last reading taken (a rollback's, else the
+    # method's last probe) covers the whole fault window and nothing before it.
+    ev.caller = (callers["rollbacks"] or callers["run"] or [None])[-1]
+    ev.pools = pools["rollbacks"] or pools["run"][-_instances(pools["run"]) :]
     return ev
+
+
+def _instances(readings: list[dict[str, Any]]) -> int:
+    """How many distinct pools the readings come from (one reading per instance per probe round)."""
+    seen = {(p["pool"].get("kind"), p["pool"].get("base_size"), p.get("seed")) for p in readings}
+    return max(1, len(seen))

@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 from rich.console import Console
 
+from faultplane.examples.payment import SYSTEM
 from faultplane.examples.payment.scenario import (
     Outcome,
     matches_expectation,
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             path = write_report(o.journal, args.report_dir / f"payment-{o.step}-{o.run_id}.html")
             console.print(f"  report: {path}")
 
-    with payment_system(dsn=args.dsn) as system:
+    with payment_system(dsn=args.dsn, **SYSTEM) as system:
         console.print(
             f"payment system up: caller {system.caller_url}, payment-service {', '.join(system.payment_urls)} "
             f"({system.pool_kind} pools of {system.pool_size})"

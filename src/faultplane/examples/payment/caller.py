@@ -22,13 +22,17 @@ The policy:
 - `retries`: how many retries after the first attempt, or "unbounded" (retry until the deadline).
 - `backoff_ms`, `backoff_multiplier` (1 = constant) and `jitter` (full jitter: a uniform draw in [0, backoff]).
 - `limiter`: `rate` attempts per second and `mode`:
-  - "reject": a sliding one-second window that counts every attempt, refused ones included (the usual
-    increment-then-compare counter); over the rate an attempt is refused at once, and refused attempts are
-    failures the retry policy retries. Retries that are refused keep the window full: a self-inflicted
-    denial of service once they start.
-  - "breaker": a token bucket (`burst` tokens, default two seconds' worth; refused attempts take no token) acting as a circuit
-    breaker on retries: when it refuses an attempt, the circuit opens for `cooldown_ms` and no retries are sent
-    (first attempts still are), so retries can never crowd out new payments.
+  Both modes are a token bucket: `rate` tokens a second, at most `burst` saved (default one second's worth);
+  an admitted attempt takes a token, a refused one takes none, so the limiter never admits more than `rate`
+  attempts a second and empties as soon as the attempts slow down (no metastable state of its own).
+  - "reject": over the rate an attempt is refused at once, and a refused attempt is a failure the retry policy
+    retries. Under a retry storm the retries take the tokens first: new payments' attempts are refused with
+    them, a self-inflicted denial of service for as long as the storm lasts.
+  - "breaker": the same bucket, plus a circuit breaker on retries: a retry spends a token of a retry budget
+    (a tenth of a retry per incoming payment plus three a second, at most twenty saved); when it is empty or the
+    bucket refuses an attempt, the circuit opens for `cooldown_ms` and no retries are sent (first attempts
+    still are). Retries stay near 20% of the traffic, so they can never crowd out new payments or multiply the
+    load on a degraded service.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def validate_policy(update: dict[str, Any], base: dict[str, Any]) -> dict[str, A
                 if lk in ("rate", "cooldown_ms") and (not isinstance(lv, int | float) or lv <= 0):
                     raise ValueError(f"limiter.{lk} must be a number > 0")
                 if lk == "burst" and lv is not None and (not isinstance(lv, int | float) or lv < 1):
-                    raise ValueError("limiter.burst must be a number >= 1 (or null: two seconds' worth)")
+                    raise ValueError("limiter.burst must be a number >= 1 (or null: one second's worth)")
                 if lk not in ("rate", "mode", "cooldown_ms", "burst"):
                     raise ValueError(f"unknown limiter key {lk!r}; known: rate, mode, cooldown_ms, burst")
                 out["limiter"][lk] = lv
@@ -97,40 +101,46 @@ def validate_policy(update: dict[str, Any], base: dict[str, Any]) -> dict[str, A
     return out
 
 
+# Breaker mode's retry budget, in the manner of gRPC's retry throttling and Finagle's RetryBudget: each incoming
+# payment earns a tenth of a retry, plus three retries a second whatever the traffic, at most twenty saved.
+# Retries stay near 10% of the traffic however many attempts fail, so they cannot multiply the load on a
+# degraded service, while the saved tokens cover a short burst of failures.
+RETRY_BUDGET_RATIO = 0.1
+RETRY_BUDGET_FLOOR_PER_S = 5.0
+RETRY_BUDGET_MAX = 30.0
+
+
 class Limiter:
     """The outbound rate limiter and, in breaker mode, the retry circuit breaker."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.window: collections.deque[float] = collections.deque()
         self.tokens = 0.0
-        self.mode = ""
+        self.shape: tuple[Any, ...] = ()
         self.refilled = time.monotonic()
         self.open_until = 0.0
         self.opened = 0
+        self.retry_budget = RETRY_BUDGET_MAX
+        self.budget_refilled = time.monotonic()
 
     def admit(self, policy: dict[str, Any]) -> bool:
         lim = policy["limiter"]
         rate = float(lim["rate"])
+        burst = float(lim.get("burst") or rate)
         now = time.monotonic()
         with self.lock:
-            if lim["mode"] != self.mode:
-                # a limiter switched on (or re-configured) starts with its full one-second allowance
-                self.mode, self.tokens, self.refilled = lim["mode"], float(lim.get("burst") or 2 * rate), now
-                self.window.clear()
-            if lim["mode"] == "reject":
-                while self.window and self.window[0] <= now - 1.0:
-                    self.window.popleft()
-                if len(self.window) < 20 * rate:  # past 20x the rate the count no longer matters
-                    self.window.append(now)
-                return len(self.window) <= rate
-            burst = float(lim.get("burst") or 2 * rate)
+            shape = (lim["mode"], rate, burst)
+            if shape != self.shape:
+                # a limiter switched on or re-configured starts with its full allowance
+                self.shape, self.tokens, self.refilled = shape, burst, now
+                self.retry_budget = RETRY_BUDGET_MAX
             self.tokens = min(burst, self.tokens + (now - self.refilled) * rate)
             self.refilled = now
             if self.tokens >= 1.0:
                 self.tokens -= 1.0
                 return True
-            self._open(now, policy)
+            if lim["mode"] == "breaker":
+                self._open(now, policy)
             return False
 
     def _open(self, now: float, policy: dict[str, Any]) -> None:
@@ -138,11 +148,30 @@ class Limiter:
             self.opened += 1
         self.open_until = now + float(policy["limiter"]["cooldown_ms"]) / 1000.0
 
+    def earn(self, policy: dict[str, Any]) -> None:
+        """An incoming payment: in breaker mode it adds to the retry budget."""
+        if policy["limiter"]["mode"] != "breaker":
+            return
+        with self.lock:
+            self.retry_budget = min(RETRY_BUDGET_MAX, self.retry_budget + RETRY_BUDGET_RATIO)
+
     def retries_allowed(self, policy: dict[str, Any]) -> bool:
+        """In breaker mode a retry needs the circuit closed and a token of the retry budget; without one the
+        circuit opens: when most attempts fail, retries stop instead of multiplying the load."""
         if policy["limiter"]["mode"] != "breaker":
             return True
         with self.lock:
-            return time.monotonic() >= self.open_until
+            now = time.monotonic()
+            floor = (now - self.budget_refilled) * RETRY_BUDGET_FLOOR_PER_S
+            self.retry_budget = min(RETRY_BUDGET_MAX, self.retry_budget + floor)
+            self.budget_refilled = now
+            if now < self.open_until:
+                return False
+            if self.retry_budget >= 1.0:
+                self.retry_budget -= 1.0
+                return True
+            self._open(now, policy)
+            return False
 
     def reset(self) -> None:
         with self.lock:
@@ -216,6 +245,7 @@ class _Caller:
         retries = policy["retries"]
         with self.lock:
             self.requests += 1
+        self.limiter.earn(policy)
         attempts = 0
         last = "no attempt"
         # round-robin across requests; a retry goes to the next instance, not back to the one that just failed

@@ -17,7 +17,12 @@ A payment's work time is drawn from a seeded generator: `--work-ms` on average (
 a `--slow-fraction` of payments take `--slow-ms` (a fraud check, a cold index page). With a large pool the slow
 ones are invisible; with a pool of one they hold everyone else up, which is what a smaller pool does for real.
 A payment whose caller has already gone (it timed out while the payment queued for the pool) gives the
-connection back unused, as servers that notice disconnects do; `--abandoned-work` does the work anyway.
+connection back unused, as servers that notice disconnects do; `--abandoned-work` does the work anyway, as a
+database does with a query whose client has left.
+
+`--pause-every-s N --pause-ms M` stops the service for M ms every N s (from `--pause-offset-s`), the way a
+stop-the-world garbage collection does: requests that arrive or finish inside a pause wait for its end. With a
+full pool a pause is a blip; with one connection it is the trigger a retry storm needs.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ class _State:
         self.rng = random.Random(seed)
         self.seed = seed
         self.skip_abandoned = False
+        self.pause_every_s = 0.0
+        self.pause_s = 0.0
+        self.pause_offset_s = 0.0
+        self.started = time.monotonic()
         self.lock = threading.Lock()
         self.reset()
 
@@ -60,6 +69,14 @@ class _State:
             self.max_waiting = 0
             self.waits_ms: list[float] = []
             self.since = time.time()
+
+    def wait_out_pause(self) -> None:
+        """Hold the calling request until the current pause (if any) is over."""
+        if self.pause_every_s <= 0 or self.pause_s <= 0:
+            return
+        since = (time.monotonic() - self.started - self.pause_offset_s) % self.pause_every_s
+        if since < self.pause_s:
+            time.sleep(self.pause_s - since)
 
     def work_s(self) -> float:
         with self.lock:
@@ -109,6 +126,7 @@ def _state() -> _State:
 
 def pay(body: Any) -> tuple[int, Any]:
     st = _state()
+    st.wait_out_pause()
     with st.lock:
         st.requests += 1
         st.max_waiting = max(st.max_waiting, st.pool.waiting + 1)
@@ -132,6 +150,7 @@ def pay(body: Any) -> tuple[int, Any]:
         broken = True
         return 500, {"error": f"database error: {exc}"}
     finally:
+        st.wait_out_pause()  # a pause holds the connection too: the work cannot finish inside it
         st.pool.release(conn, broken=broken)
     with st.lock:
         st.ok += 1
@@ -209,12 +228,17 @@ def main(argv: list[str] | None = None) -> None:
         help="do the work even when the client has gone (by default a payment whose caller timed out while it "
         "queued for the pool gives its connection back unused)",
     )
+    parser.add_argument("--pause-every-s", type=float, default=0.0, help="a stop-the-world pause this often")
+    parser.add_argument("--pause-ms", type=float, default=0.0, help="how long each pause lasts")
+    parser.add_argument("--pause-offset-s", type=float, default=0.0, help="when the first pause starts")
     parser.add_argument("--dsn", default=os.environ.get("PAYMENT_DSN") or None)
     args = parser.parse_args(argv)
     pool = make_pool(args.pool_size, args.acquire_timeout_ms / 1000.0, args.dsn)
     pool.prefill()
     STATE = _State(pool, args.pool_size, args.work_ms, args.slow_fraction, args.slow_ms, args.seed)
     STATE.skip_abandoned = not args.abandoned_work
+    STATE.pause_every_s, STATE.pause_s = args.pause_every_s, args.pause_ms / 1000.0
+    STATE.pause_offset_s = args.pause_offset_s
     try:
         serve(Handler, args.port, "payment-service")
     finally:

@@ -7,9 +7,7 @@ compares the measurements with it.
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,58 +49,6 @@ class Outcome:
 
 def matches_expectation(outcomes: list[Outcome]) -> bool:
     return len(outcomes) == len(EXPECTED) and all(o.as_expected for o in outcomes)
-
-
-@contextlib.contextmanager
-def _engine_load() -> Iterator[None]:
-    """Until the engine runs `load:` itself, run the experiment's load generator around the run.
-
-    Started before the baseline, stopped after the rollbacks and recovery check, its figures feed the gates and
-    its summary is written as the journal's `load` event: what the engine integration does. Inactive as soon as
-    the engine's lifecycle wires `LoadGenerator`.
-    """
-    from faultplane.engine import lifecycle
-
-    if "LoadGenerator" in inspect.getsource(lifecycle):
-        yield
-        return
-    from faultplane.engine.load import LoadGenerator, parse_load_spec
-
-    runner_cls: Any = lifecycle._Runner
-    original_run = runner_cls.run
-    original_recover = runner_cls.recover
-
-    async def run(self: Any, handle_signals: bool) -> Any:
-        if not self.exp.load or self.dry_run:
-            return await original_run(self, handle_signals)
-        gen = LoadGenerator(parse_load_spec(self.exp.load))
-        scope = anyio.CancelScope()
-        self.load_figures = gen
-        self._load_stop = scope
-
-        async def drive() -> None:
-            with scope:
-                await gen.run()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drive)
-            try:
-                return await original_run(self, handle_signals)
-            finally:
-                scope.cancel()
-
-    async def recover(self: Any) -> None:
-        await original_recover(self)
-        gen = getattr(self, "load_figures", None)
-        if gen is not None:
-            self._load_stop.cancel()
-            self.writer.emit({"event": "load", "load": gen.summary()})
-
-    runner_cls.run, runner_cls.recover = run, recover
-    try:
-        yield
-    finally:
-        runner_cls.run, runner_cls.recover = original_run, original_recover
 
 
 def _outcome(step: str, journal: dict[str, Any]) -> Outcome:
@@ -152,22 +98,21 @@ async def run_scenario(
     if include_fix:
         steps.append(("4+fix", EXPERIMENTS[3], dict(FIX_VARIABLES)))
     outcomes = []
-    with _engine_load():
-        for n, (step, path, extra) in enumerate(steps):
-            if n:
-                # let the previous run's last retries reach their deadline and the limiter window empty
-                await anyio.sleep(pause_s)
-            result = await run_experiment(
-                path,
-                variables={**system.variables(), **extra},
-                store=store,
-                on_event=on_event,
-                journal_dir=journal_dir,
-            )
-            outcome = _outcome(step, load_journal(result.run_id, store))
-            outcomes.append(outcome)
-            if on_outcome is not None:
-                on_outcome(outcome)
+    for n, (step, path, extra) in enumerate(steps):
+        if n:
+            # let the previous run's last retries reach their deadline before the next baseline
+            await anyio.sleep(pause_s)
+        result = await run_experiment(
+            path,
+            variables={**system.variables(), **extra},
+            store=store,
+            on_event=on_event,
+            journal_dir=journal_dir,
+        )
+        outcome = _outcome(step, load_journal(result.run_id, store))
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
     return outcomes
 
 

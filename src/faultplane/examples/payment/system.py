@@ -83,9 +83,11 @@ def payment_system(
     seed: int = 1,
     caller_policy: str | None = None,
     abandoned_work: bool = False,
+    pause_every_s: float = 0.0,
+    pause_ms: float = 0.0,
 ) -> Iterator[PaymentSystem]:
     """Start `instances` payment-services (PostgreSQL pools when `dsn` is given, else embedded) and the caller;
-    yield their URLs; stop them all on exit, whatever happened."""
+    yield their URLs; stop them all on exit, whatever happened. See payment_service for the parameters."""
     if instances < 1:
         raise ValueError("instances must be at least 1")
     procs: list[subprocess.Popen[str]] = []
@@ -115,6 +117,11 @@ def payment_system(
                     args += ["--dsn", dsn]
                 if abandoned_work:
                     args.append("--abandoned-work")
+                if pause_every_s > 0 and pause_ms > 0:
+                    # instances pause in turn, never together: one instance's pause is the other's surge
+                    offset = pause_every_s * (i + 0.5) / instances
+                    args += ["--pause-every-s", str(pause_every_s), "--pause-ms", str(pause_ms)]
+                    args += ["--pause-offset-s", str(offset)]
                 proc, port = _start(args, f"payment-{i}", logs)
                 procs.append(proc)
                 urls.append(f"http://127.0.0.1:{port}")

@@ -1,0 +1,185 @@
+"""`faultplane load URL`: the built-in load generator on its own, with a live per-second table.
+
+The measuring is faultplane.engine.load.LoadGenerator's (open model, latency from the scheduled time); this
+module only shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from faultplane.core.formats import ExperimentError
+
+console = Console()
+err_console = Console(stderr=True)
+
+_SHOWN_ROWS = 12  # the live table keeps the last seconds on screen; the summary has the whole run
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _live_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="per second", title_justify="left", expand=False)
+    for col in ("t (s)", "sent", "ok", "errors", "p50 ms", "p95 ms", "p99 ms", "in flight"):
+        t.add_column(col, justify="right")
+    for r in rows[-_SHOWN_ROWS:]:
+        err = f"[red]{r['errors']}[/]" if r["errors"] else "0"
+        t.add_row(
+            str(r["t"]),
+            str(r["sent"]),
+            str(r["ok"]),
+            err,
+            _ms(r["p50"]),
+            _ms(r["p95"]),
+            _ms(r["p99"]),
+            str(r.get("in_flight", "")),
+        )
+    return t
+
+
+def summary_table(s: dict[str, Any]) -> Table:
+    """The final summary: totals, HDR percentiles, error rate, throughput, errors by kind."""
+    t = Table(title="load summary", title_justify="left", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    spec = s["spec"]
+    lat = s.get("latency_ms") or {}
+    t.add_row("target", f"{spec['method']} {spec['url']}")
+    t.add_row("rate asked / achieved (req/s)", f"{spec['rate']:g} / {s.get('achieved_rate') or 0:g}")
+    t.add_row("duration (s)", f"{s['duration_s']:g}")
+    t.add_row("sent / ok / errors", f"{s['sent']} / {s['ok']} / {s['errors']}")
+    rate = s.get("error_rate")
+    t.add_row("error rate", "-" if rate is None else f"{rate * 100:.2f}%")
+    t.add_row("throughput (ok/s)", f"{s.get('throughput') or 0:g}")
+    for k in ("p50", "p90", "p95", "p99", "p999", "max"):
+        t.add_row(f"latency {k} (ms)", _ms(lat.get(k)))
+    if s.get("errors_by"):
+        t.add_row("errors by kind", ", ".join(f"{k} x{v}" for k, v in s["errors_by"].items()))
+    if s.get("overflow"):
+        t.add_row("over the in-flight bound", str(s["overflow"]))
+    return t
+
+
+def load(
+    url: Annotated[str, typer.Argument(help="http(s) URL every request goes to")],
+    rate: Annotated[float, typer.Option("--rate", "-r", help="arrivals per second (open model)")] = 10.0,
+    duration: Annotated[
+        float | None, typer.Option("--duration", "-d", help="seconds to run (default: until Ctrl-C)")
+    ] = None,
+    method: Annotated[str, typer.Option("--method", "-X", help="HTTP method")] = "GET",
+    timeout_s: Annotated[
+        float, typer.Option("--timeout-s", help="a request unanswered by then is an error")
+    ] = 2.0,
+    max_in_flight: Annotated[
+        int, typer.Option("--max-in-flight", help="requests outstanding at once; beyond it, an error")
+    ] = 500,
+    arrival: Annotated[str, typer.Option("--arrival", help="constant | poisson")] = "constant",
+    data: Annotated[str | None, typer.Option("--data", help="JSON body sent with every request")] = None,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", "-H", help="'Name: value' (repeatable)")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the summary as JSON (no live table)")
+    ] = False,
+) -> None:
+    """Send HTTP requests at a constant arrival rate and measure them without coordinated omission.
+
+    Latency counts from each request's scheduled time, so a slow service shows as latency, not as a lower rate.
+    Exit 0 when the run finished, 1 when any request failed, 2 on bad input."""
+    spec_in: dict[str, Any] = {
+        "url": url,
+        "rate": rate,
+        "duration_s": duration,
+        "method": method,
+        "timeout_s": timeout_s,
+        "max_in_flight": max_in_flight,
+        "arrival": arrival,
+    }
+    if data is not None:
+        try:
+            spec_in["json"] = json.loads(data)
+        except json.JSONDecodeError as exc:
+            err_console.print(
+                f"[red]--data: not JSON ({exc})[/]; fix: pass a JSON document, e.g. '{{\"a\": 1}}'"
+            )
+            raise typer.Exit(2) from None
+    headers = {}
+    for h in header or []:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            err_console.print(f"[red]--header {h!r}: expected 'Name: value'[/]")
+            raise typer.Exit(2)
+        headers[name.strip()] = value.strip()
+    spec_in["headers"] = headers
+
+    from faultplane.engine.load import LoadGenerator, parse_load_spec
+
+    try:
+        spec = parse_load_spec(spec_in, where="option")
+    except ExperimentError as exc:
+        for issue in exc.issues:
+            field = issue.field.replace("option.", "--").replace("_s", "-s").replace("_", "-")
+            err_console.print(
+                f"[red]{field}: {issue.message}[/]" + (f"; fix: {issue.fix}" if issue.fix else "")
+            )
+        raise typer.Exit(2) from None
+
+    rows: list[dict[str, Any]] = []
+    gen = LoadGenerator(spec, on_second=rows.append)
+    progress = Progress(
+        TextColumn("[bold]load[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} s") if duration else TextColumn("Ctrl-C stops"),
+        TimeElapsedColumn(),
+    )
+    task = progress.add_task(f"{spec.method} {spec.url} at {spec.rate:g}/s", total=duration or None)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        tg.cancel_scope.cancel()
+                        return
+
+            async def show(live: Live | None) -> None:
+                while True:
+                    await anyio.sleep(0.25)
+                    progress.update(task, completed=gen.elapsed())
+                    if live is not None:
+                        live.update(Group(progress, _live_table(rows)))
+
+            tg.start_soon(stop_on_signal)
+            if as_json:
+                await gen.run()
+            else:
+                with Live(Group(progress, _live_table(rows)), console=console, refresh_per_second=4) as live:
+                    tg.start_soon(show, live)
+                    await gen.run()
+                    progress.update(task, completed=gen.elapsed())
+                    live.update(Group(progress, _live_table(rows)))
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    s = gen.summary()
+    if as_json:
+        print(json.dumps(s, indent=2))
+    else:
+        console.print(summary_table(s))
+    raise typer.Exit(1 if s["errors"] else 0)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="load")(load)
