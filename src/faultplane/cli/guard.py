@@ -108,7 +108,9 @@ def approve(
     if output == "json":
         typer.echo(json.dumps({**granted.to_dict(), "decision": decision.to_dict()}, indent=2))
         return
-    typer.echo(f"approved {granted.family} (approval hash {granted.content_hash[:12]}…) by {granted.approver}")
+    typer.echo(
+        f"approved {granted.family} (approval hash {granted.content_hash[:12]}…) by {granted.approver}"
+    )
     typer.echo(f"token: {granted.token}")
     remaining = [v for v in decision.violations if v.rule != "approval.required"]
     if remaining:
