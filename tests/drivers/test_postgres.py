@@ -195,3 +195,10 @@ async def test_query_latency_runs_read_only_and_refuses_writes(postgres_server) 
     with psycopg.connect(dsn, autocommit=True) as c:
         assert c.execute("SELECT count(*) FROM fp_ro").fetchone() == (0,)
         assert c.execute("SELECT to_regclass('fp_ro2')").fetchone() == (None,)
+
+
+async def test_exhaust_against_an_unreachable_server_fails_cleanly() -> None:
+    ctx = ActivityContext(run_id="pg-x")
+    with pytest.raises(DriverError, match=r"postgres: cannot open a single connection: .*refused"):
+        await act("exhaust_connections").invoke(ctx, {"dsn": "postgresql://postgres@127.0.0.1:1/postgres"})
+    assert ctx.reverts == [] and leases.list_leases() == []

@@ -142,6 +142,21 @@ async def test_exhaust_leave_free_and_revert_frees_from_another_process(redis_se
         r.config_set("maxclients", 200)
 
 
+async def test_exhaust_against_an_unreachable_server_fails_cleanly() -> None:
+    import psutil
+
+    ctx = ActivityContext(run_id="r4c")
+    with pytest.raises(DriverError, match=r"redis: cannot open a single connection: .*refused"):
+        await act("exhaust_connections").invoke(ctx, {"url": "redis://127.0.0.1:1/0"})
+    assert ctx.reverts == [] and leases.list_leases() == []
+    holders = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "faultplane.drivers.holder" in (p.info["cmdline"] or [])
+    ]
+    assert holders == []
+
+
 async def test_evict_rollback_keeps_values_the_app_wrote_during_the_fault(redis_server, r) -> None:  # type: ignore[no-untyped-def]
     for i in range(6):
         r.set(f"s:{i}", f"old{i}")

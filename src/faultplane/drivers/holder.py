@@ -118,6 +118,8 @@ def _child(kind: str, tag: str) -> int:
     held = held[: opened - min(leave_free, opened)]
     print(json.dumps({"held": len(held), "opened": opened, "stopped_by": why}), flush=True)
     sys.stdout.close()
+    if not held:
+        return 0  # nothing to hold
     while True:
         time.sleep(3600)
 

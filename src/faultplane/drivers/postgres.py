@@ -185,11 +185,12 @@ def _wait_gone(dsn: str, tag: str, timeout: float = 5.0) -> None:
 def _recipe_kill_holder(args: dict[str, Any]) -> None:
     # The holder's sockets close when it dies, and the backends exit: no connection slot is needed, which
     # matters when the fault took them all (a non-superuser cannot use the superuser-reserved ones).
-    if kill_holder(args["application_name"]) == 0:
-        # No holder left (it died some other way): end whatever backends still carry the tag.
+    killed = kill_holder(args["application_name"])
+    if not killed:
+        # No holder left (it died some other way, so its sockets are closed): end any backend still tagged.
         with contextlib.suppress(DriverError, psycopg.Error):
             _terminate_tagged(args["dsn"], args["application_name"])
-    _wait_gone(args["dsn"], args["application_name"])
+    _wait_gone(args["dsn"], args["application_name"], timeout=5.0 if killed else 1.0)
 
 
 @action("postgres", "exhaust_connections", ExhaustParams, fault_type="resource_exhaustion")
