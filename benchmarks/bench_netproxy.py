@@ -139,7 +139,9 @@ def main() -> int:
     try:
         paths: dict[str, tuple[int, int | None]] = {"direct": (up_port, None)}
         paths.update({label: (port, proc.pid) for label, (proc, port) in proxies.items()})
-        rows = {label: {"mbps": [], "p50": [], "p99": [], "cpu_per_gib": []} for label in paths}
+        rows: dict[str, dict[str, list[float]]] = {
+            label: {"mbps": [], "p50": [], "p99": [], "cpu_per_gib": []} for label in paths
+        }
         for _ in range(ROUNDS):  # interleave so drift in machine load hits every path alike
             for label, (port, pid) in paths.items():
                 c0 = _cpu_s(pid)

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -59,8 +60,8 @@ STEPS_CONTROLLER = textwrap.dedent(
 
 
 def _run_steps(
-    steps: list[list[object]], ttl: float, env: dict[str, str]
-) -> tuple[subprocess.Popen[str], list]:  # type: ignore[type-arg]
+    steps: list[list[Any]], ttl: float, env: dict[str, str]
+) -> tuple[subprocess.Popen[str], list[Any]]:
     ctl = subprocess.Popen(
         [sys.executable, "-c", STEPS_CONTROLLER, json.dumps(steps), str(ttl)],
         stdout=subprocess.PIPE,
