@@ -520,6 +520,20 @@ def _fmt_path(path: tuple[str | int, ...]) -> str:
     return out or "(experiment)"
 
 
+def _glob_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """One compiled regex for a list of fnmatch globs: `fnmatchcase` per pattern per string dominated the scan."""
+    return _compiled_globs(tuple(patterns))
+
+
+@functools.lru_cache(maxsize=256)  # the same rules are scanned with again and again in one process
+def _compiled_globs(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    if not patterns:
+        return lambda _text: False
+    rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    return lambda text: rx.match(text) is not None
+
+
+@functools.lru_cache(maxsize=8192)
 def _norm_key(key: str) -> str:
     k = normalize_text(key).strip()
     k = re.split(r"[./]", k)[-1]  # `app.kubernetes.io/env`, `labels.env` -> `env`
@@ -536,41 +550,69 @@ class _Scanner:
         self._redact: str | None = None
         # inside `secrets:` a bare word is not a target (a password may read "production-…"); hosts and labels are
         self._hosts_only = False
+        # The rules are fixed for a scan and experiments repeat keys and values (200 probes share a handful of
+        # keys), so the globs are compiled once and every pure lookup is memoised per scanner.
+        self._is_word = _glob_matcher(rules.words)
+        self._is_allowed = _glob_matcher([pat.casefold() for pat in rules.allow])
+        self._label_rules = [
+            (name, _glob_matcher(rule.keys), _glob_matcher(rule.unless), _glob_matcher(rule.values))
+            for name, rule in rules.labels.items()
+        ]
+        self._any_label_key = _glob_matcher([k for rule in rules.labels.values() for k in rule.keys])
+        self._word_hits: dict[str, str | None] = {}
+        self._label_hits: dict[tuple[str, str], str | None] = {}
+        self._label_keys: dict[str, bool] = {}
+        # strings already scanned without a finding; a finding depends on the text, its key and the mode,
+        # never on where it sits, so a clean string is clean at every place it appears
+        self._clean: set[tuple[str, str | None, bool]] = set()
 
     # -- primitives
 
     def _allowed(self, *items: str) -> bool:
-        return any(fnmatch.fnmatchcase(item, pat.casefold()) for item in items for pat in self.rules.allow)
+        return any(self._is_allowed(item) for item in items)
 
     def word_hit(self, token: str) -> str | None:
         """The forbidden sub-word in `token`, unless negated (`non-prod`) or allowed."""
+        try:
+            return self._word_hits[token]
+        except KeyError:
+            pass
+        found = None
         subs = [s for s in _SUBWORD_SPLIT.split(token) if s]
         for i, sub in enumerate(subs):
-            if any(fnmatch.fnmatchcase(sub, w) for w in self.rules.words):
+            if self._is_word(sub):
                 if i > 0 and subs[i - 1] in self.rules.negations:
                     continue
                 if self._allowed(token, sub):
                     continue
-                return sub
-        return None
+                found = sub
+                break
+        self._word_hits[token] = found
+        return found
 
     def label_hit(self, key: str, value: str) -> str | None:
+        try:
+            return self._label_hits[(key, value)]
+        except KeyError:
+            pass
+        found = None
         nk = _norm_key(key)
         nv = normalize_text(value).strip().strip("\"'`")
-        if not nk or not nv:
-            return None
-        for name, rule in self.rules.labels.items():
-            if not any(fnmatch.fnmatchcase(nk, k) for k in rule.keys):
-                continue
-            if any(fnmatch.fnmatchcase(nv, u) for u in rule.unless):
-                continue
-            if any(fnmatch.fnmatchcase(nv, v) for v in rule.values) and not self._allowed(nv):
-                return name
-        return None
+        if nk and nv:
+            for name, is_key, is_unless, is_value in self._label_rules:
+                if not is_key(nk) or is_unless(nv):
+                    continue
+                if is_value(nv) and not self._allowed(nv):
+                    found = name
+                    break
+        self._label_hits[(key, value)] = found
+        return found
 
     def is_label_key(self, key: str) -> bool:
-        nk = _norm_key(key)
-        return any(fnmatch.fnmatchcase(nk, k) for rule in self.rules.labels.values() for k in rule.keys)
+        found = self._label_keys.get(key)
+        if found is None:
+            found = self._label_keys[key] = self._any_label_key(_norm_key(key))
+        return found
 
     def _add(self, rule: str, path: tuple[str | int, ...], message: str) -> None:
         where = _fmt_path(path)
@@ -637,18 +679,21 @@ class _Scanner:
             self._redact = outer
 
     def check_string(self, path: tuple[str | int, ...], text: str, *, key: str | None = None) -> None:
+        memo = (text, key, self._hosts_only)
+        if memo not in self._clean and not self._check_string(path, text, key=key):
+            self._clean.add(memo)
+
+    def _check_string(self, path: tuple[str | int, ...], text: str, *, key: str | None) -> bool:
+        """True when `text` names production (the finding is recorded at `path`)."""
         if self._redact is None and any(s in text for s in self._secrets):
             with self.redacting("this value (it contains a secret)"):
-                self.check_string(path, text, key=key)
-            return
+                return self._check_string(path, text, key=key)
         norm = normalize_text(text)
         variants = [norm]
         for extra in (normalize_text(text, camel=True), norm.translate(_QUOTES), norm.replace("0", "o")):
             if extra not in variants:
                 variants.append(extra)
-        for v in variants:
-            if self._check_variant(path, v, text, key=key):
-                return
+        return any(self._check_variant(path, v, text, key=key) for v in variants)
 
     def _check_variant(self, path: tuple[str | int, ...], norm: str, shown: str, *, key: str | None) -> bool:
         if key is not None and self.check_pair(path, key, shown, reads_as=norm):
