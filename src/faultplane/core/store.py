@@ -1,12 +1,17 @@
 """The evidence store: journals, runs, activities, audit events and plane metrics in one DuckDB file.
 
 DuckDB lets only one process hold a database file for writing, and Faultplane runs as several processes at
-once (a CLI run, an MCP server, a plane proxy). So the store never keeps a connection open: every operation
-opens the file, does its work and closes it, retrying while another process holds the lock.
+once (a CLI run, an MCP server, a plane proxy). So the store never keeps a connection open for long: an
+operation opens the file, or reuses the connection a previous operation left, and the connection is closed
+once it has been idle for `_IDLE_CLOSE_S`, releasing the file to other processes (who retry while it is held).
+Opening a DuckDB database costs ~15 ms, more than everything else a short run does, so a burst of operations
+(a run's schema check, policy history read and final persist) pays for one open, not one each. Every
+operation commits before it returns, so what it wrote is durable whether or not the connection stays open.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
@@ -19,9 +24,78 @@ import duckdb
 
 from faultplane.core.migrations import CORE_MIGRATIONS as _CORE_MIGRATIONS
 
-__all__ = ["Store", "StoreBusyError", "default_store_path", "open_store"]
+__all__ = ["Store", "StoreBusyError", "default_store_path", "open_store", "release_store_files"]
 
 _LOCK_WAIT_S = 30.0
+# How long an idle connection keeps the file: short enough that another process waits little (it retries),
+# long enough to span a short run from its policy check to its persist.
+_IDLE_CLOSE_S = 0.25
+
+
+class _Shared:
+    """The one read-write connection this process holds to a store file, while it is in use or recently was."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.last_used = 0.0
+        self.timer: threading.Timer | None = None
+
+    def close(self) -> None:
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            con, self.con = self.con, None
+            if con is not None:
+                with contextlib.suppress(Exception):
+                    con.close()
+
+    def release(self) -> None:
+        """Called with the lock held after an operation: arm the idle close."""
+        self.last_used = time.monotonic()
+        if self.timer is None:
+            self._arm(_IDLE_CLOSE_S)
+
+    def _arm(self, delay: float) -> None:
+        self.timer = threading.Timer(delay, self._idle_check)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _idle_check(self) -> None:
+        with self.lock:
+            self.timer = None
+            if self.con is None:
+                return
+            idle = time.monotonic() - self.last_used
+            if idle >= _IDLE_CLOSE_S:
+                self.close()
+            else:
+                self._arm(_IDLE_CLOSE_S - idle)
+
+
+_SHARED: dict[str, _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(path: str) -> _Shared:
+    with _SHARED_LOCK:
+        found = _SHARED.get(path)
+        if found is None:
+            found = _SHARED[path] = _Shared()
+        return found
+
+
+@atexit.register
+def _close_all() -> None:
+    for shared in list(_SHARED.values()):
+        shared.close()
+
+
+def release_store_files() -> None:
+    """Close every connection this process keeps, so other processes can open the files at once."""
+    _close_all()
+
 
 # The versioned schema (shared with the ClickHouse backend) lives in core.migrations.
 
@@ -40,7 +114,7 @@ def default_store_path() -> Path:
 
 
 class Store:
-    """A DuckDB-file store. Cheap to construct; every call opens and closes the file."""
+    """A DuckDB-file store. Cheap to construct; calls share one briefly-kept connection per file (see above)."""
 
     dialect = "duckdb"
     _migrated: set[tuple[str, str]] = set()
@@ -56,13 +130,38 @@ class Store:
 
     @contextlib.contextmanager
     def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Open the file, retrying while another process writes to it."""
+        """A connection to the file for one operation, retrying while another process writes to it.
+
+        Read-write operations share this process's connection (one at a time); read-only ones open the file
+        read-only on their own (DuckDB enforces it), after closing the shared one, which DuckDB would not let
+        coexist with a read-only open in the same process."""
+        shared = _shared(str(self.path))
+        with shared.lock:
+            if read_only:
+                shared.close()
+                con = self._open(read_only=True)
+                try:
+                    yield con
+                finally:
+                    con.close()
+                return
+            if shared.con is None:
+                shared.con = self._open(read_only=False)
+            con = shared.con
+            try:
+                yield con
+            except BaseException:
+                # a failed operation may leave a transaction open: never hand that connection on
+                shared.close()
+                raise
+            shared.release()
+
+    def _open(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + _LOCK_WAIT_S
         delay = 0.01
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
-                break
+                return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     if "lock" in str(exc).lower():
@@ -70,10 +169,6 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
-        try:
-            yield con
-        finally:
-            con.close()
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         with self.connect() as con:
