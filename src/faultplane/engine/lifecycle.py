@@ -18,6 +18,7 @@ import anyio.abc
 from pydantic import ValidationError
 
 import faultplane
+import faultplane.core.policy  # every run is checked against the policy: loaded with the engine
 from faultplane.core.config import mask_secrets, resolve
 from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
 from faultplane.core.model import Activity, ActivityRun, Experiment, Journal, MethodItem

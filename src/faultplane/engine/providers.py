@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import importlib
 import inspect
 import json
 import os
+import queue
 import shlex
 import subprocess
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +63,72 @@ def _python_func(module: str, func: str) -> tuple[Callable[..., Any], bool, bool
     return found
 
 
+class _Worker(threading.Thread):
+    """A thread that runs blocking provider functions one at a time, handed over through a queue.
+
+    The hop to a thread is what lets a timeout, an abort or Ctrl-C stop waiting for a function that blocks;
+    anyio's `to_thread` does the same but costs ~3x more per call (a capacity limiter, a checkpoint and a
+    wrapper per call), which for a run of quick probes is most of the engine's time. A waiter that is
+    cancelled abandons its worker as `to_thread(abandon_on_cancel=True)` does: the function runs on, its
+    result is dropped, and the worker rejoins the pool only once it is free, so later calls never queue
+    behind a hung function."""
+
+    _IDLE: list[_Worker] = []
+    _LOCK = threading.Lock()
+    _MAX_IDLE = 8
+
+    def __init__(self) -> None:
+        super().__init__(name="faultplane-provider", daemon=True)
+        self.jobs: queue.SimpleQueue[
+            tuple[Callable[[], Any], contextvars.Context, asyncio.AbstractEventLoop, asyncio.Future[Any]]
+        ] = queue.SimpleQueue()
+        self.start()
+
+    @classmethod
+    def take(cls) -> _Worker:
+        with cls._LOCK:
+            if cls._IDLE:
+                return cls._IDLE.pop()
+        return cls()
+
+    def run(self) -> None:
+        while True:
+            fn, ctx, loop, fut = self.jobs.get()
+            try:
+                outcome: tuple[bool, Any] = (True, ctx.run(fn))
+            except BaseException as exc:  # handed to the waiter, which decides what it means
+                outcome = (False, exc)
+            del fn, ctx
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                loop.call_soon_threadsafe(_settle, fut, *outcome)
+            del loop, fut, outcome
+            with self._LOCK:
+                if len(self._IDLE) >= self._MAX_IDLE:
+                    return
+                self._IDLE.append(self)
+
+
+def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if fut.done():  # the waiter was cancelled (timeout, abort): the result is dropped
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    """Run a blocking function in a worker thread; cancelling the wait abandons the function."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # another anyio backend (trio)
+        return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+    fut: asyncio.Future[Any] = loop.create_future()
+    # the function sees this task's context variables (the run's blast-radius cap among them)
+    _Worker.take().jobs.put((fn, contextvars.copy_context(), loop, fut))
+    return await fut
+
+
 def _scoped_secrets(ctx: ActivityContext, scopes: list[str] | None) -> dict[str, Any]:
     if not scopes:
         return {}
@@ -78,7 +149,7 @@ async def _run_python(p: PythonProvider, ctx: ActivityContext) -> Any:
     try:
         if is_async:
             return await fn(**kwargs)
-        return await anyio.to_thread.run_sync(lambda: fn(**kwargs), abandon_on_cancel=True)
+        return await _in_thread(lambda: fn(**kwargs))
     except TypeError as exc:
         raise ActivityFailed(f"{p.module}.{p.func}: {exc}") from None
     except (ActivityFailed, DriverError):
