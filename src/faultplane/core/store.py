@@ -5,7 +5,8 @@ once (a CLI run, an MCP server, a plane proxy). So the store never keeps a conne
 operation opens the file, or reuses the connection a previous operation left, and the connection is closed
 once it has been idle for `_IDLE_CLOSE_S`, releasing the file to other processes (who retry while it is held).
 Opening a DuckDB database costs ~15 ms, more than everything else a short run does, so a burst of operations
-(a run's schema check, policy history read and final persist) pays for one open, not one each. Every
+(a run's schema check and policy history read) pays for one open, not one each; the engine releases the
+file before a run's activities (`release`), so a hung controller never holds it. Every
 operation commits before it returns, so what it wrote is durable whether or not the connection stays open.
 """
 
@@ -169,6 +170,11 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
+
+    def release(self) -> None:
+        """Close this process's kept connection now: before work of unknown length (a run's activities), so a
+        controller that hangs or is stopped mid-run never keeps other processes out of the store."""
+        _shared(str(self.path)).close()
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         with self.connect() as con:

@@ -517,6 +517,10 @@ class _Runner:
         self.writer.start()
         if self.policy_decision is not None:
             self.writer.emit({"event": "policy", "policy": _decision_dict(self.policy_decision)})
+        # phase 0 is done with the store until the journal is persisted: let go of the file for the run
+        release = getattr(self.writer.store, "release", None)
+        if release is not None:
+            release()
         scope = anyio.CancelScope()
         _ACTIVE[self.ctx.run_id] = _ActiveRun(self.ctx.run_id, scope, self.state)
         from faultplane.drivers.blast import radius_cap
