@@ -25,13 +25,13 @@ EXPERIMENTS = [
     HERE / "payment-4-pool-90pct-unbounded-retries.yaml",
 ]
 # The system the scenario runs against (`payment_system(**SYSTEM)`). Pools of ten carry 30 payments/s with
-# room to spare (a payment holds a connection ~30 ms on average: 25 ms +-50%, 2% slow ones of 300 ms); a pool of
-# one per instance still carries them (~50% busy) as long as retries do not multiply the work. Queries of callers
+# room to spare (a payment holds a connection ~26 ms on average: 20 ms +-50%, 2% slow ones of 300 ms); a pool of
+# one per instance still carries them (~40% busy) as long as retries do not multiply the work. Queries of callers
 # that timed out still run, as in a database. Each instance stops for 400 ms every 3 s, in turn (a stop-the-world
 # pause): invisible with ten connections, the trigger of the storm with one.
 SYSTEM: dict[str, Any] = {
     "pool_size": 10,
-    "work_ms": 25.0,
+    "work_ms": 20.0,
     "slow_fraction": 0.02,
     "slow_ms": 300.0,
     "pause_every_s": 3.0,
@@ -42,7 +42,7 @@ SYSTEM: dict[str, Any] = {
 # limiter as a circuit breaker on retries (a token bucket that stops retries instead of refusing payments).
 FIX_VARIABLES: dict[str, object] = {
     "retries": 2,
-    "backoff_ms": 100,
+    "backoff_ms": 50,
     "backoff_multiplier": 2,
     "jitter": True,
     "limiter_mode": "breaker",
