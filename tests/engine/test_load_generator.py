@@ -27,7 +27,11 @@ def server(
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        # a single-threaded server serves one connection at a time: one request per connection, or a kept-alive
+        # connection would starve the others
+        protocol_version = "HTTP/1.1" if threaded else "HTTP/1.0"
+        # headers and body are two writes; with Nagle on, the second waits for a delayed ACK (40 ms)
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: object) -> None:
             pass
@@ -123,7 +127,7 @@ async def test_snapshot_windows_see_only_their_trailing_seconds() -> None:
     assert s["errors_by"] == {"status:500": 50}
     # the per-second series carries the same split
     rows = [r for r in s["series"] if r["sent"]]
-    assert rows[0]["errors"] == 0 and rows[-1]["ok"] == 0
+    assert rows[0]["errors"] == 0 and rows[-1]["errors"] >= 45
     assert sum(r["ok"] for r in s["series"]) == 50 and sum(r["errors"] for r in s["series"]) == 50
 
 
