@@ -129,7 +129,10 @@ def load(
         spec = parse_load_spec(spec_in, where="option")
     except ExperimentError as exc:
         for issue in exc.issues:
-            field = issue.field.replace("option.", "--").replace("_s", "-s").replace("_", "-")
+            name = issue.field.removeprefix("option.")
+            field = (
+                "URL" if name == "url" else "--" + name.replace("duration_s", "duration").replace("_", "-")
+            )
             err_console.print(
                 f"[red]{field}: {issue.message}[/]" + (f"; fix: {issue.fix}" if issue.fix else "")
             )

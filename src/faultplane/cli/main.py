@@ -25,7 +25,6 @@ _SUBAPPS = {
     "analyze": "faultplane.cli.analyze",
     "gameday": "faultplane.cli.gameday",
     "compliance": "faultplane.cli.compliance",
-    "load": "faultplane.cli.load",
 }
 # modules that add top-level commands to `app` through a `register(app)` function.
 _COMMAND_MODULES = (
@@ -33,6 +32,9 @@ _COMMAND_MODULES = (
     "faultplane.cli.design",
     "faultplane.cli.search",
     "faultplane.cli.report",
+    # a command, not a sub-app: mounted alone it would be the app's only command, which typer collapses into
+    # the root (`faultplane load URL` would read `load` as the URL)
+    "faultplane.cli.load",
 )
 
 
