@@ -1,0 +1,90 @@
+"""`faultplane load` as a user runs it: a subprocess against a real loopback server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+CLI = [sys.executable, "-m", "faultplane.cli.main", "load"]
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status = 200 if json.loads(body or b"{}").get("amount") == 1 else 400
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/pay"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_json_summary(url: str) -> None:
+    done = subprocess.run(
+        [
+            *CLI,
+            url,
+            "--rate",
+            "40",
+            "--duration",
+            "1",
+            "--method",
+            "POST",
+            "--data",
+            '{"amount": 1}',
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    s = json.loads(done.stdout)
+    assert s["sent"] == 40 and s["ok"] == 40 and s["error_rate"] == 0.0
+    assert s["spec"]["method"] == "POST" and s["latency_ms"]["p99"] > 0
+
+
+def test_failed_requests_exit_1_and_show_in_the_table(url: str) -> None:
+    done = subprocess.run(
+        [*CLI, url, "--rate", "20", "--duration", "1", "-X", "POST", "--data", '{"amount": 2}'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "load summary" in done.stdout and "status:400 x20" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["http://127.0.0.1:1/", "--rate", "0"], "--rate"),
+        (["ftp://example", "--rate", "5"], "URL"),
+        (["http://127.0.0.1:1/", "--method", "FETCH"], "--method"),
+        (["http://127.0.0.1:1/", "--data", "{not json"], "--data"),
+        (["http://127.0.0.1:1/", "--max-in-flight", "0"], "--max-in-flight"),
+    ],
+)
+def test_bad_input_names_the_option(args: list[str], named: str) -> None:
+    done = subprocess.run([*CLI, *args, "--duration", "1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert named in done.stderr and "Traceback" not in done.stderr
