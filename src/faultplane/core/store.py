@@ -1,13 +1,13 @@
 """The evidence store: journals, runs, activities, audit events and plane metrics in one DuckDB file.
 
 DuckDB lets only one process hold a database file for writing, and Faultplane runs as several processes at
-once (a CLI run, an MCP server, a plane proxy). So the store never keeps a connection open for long: an
-operation opens the file, or reuses the connection a previous operation left, and the connection is closed
-once it has been idle for `_IDLE_CLOSE_S`, releasing the file to other processes (who retry while it is held).
-Opening a DuckDB database costs ~15 ms, more than everything else a short run does, so a burst of operations
-(a run's schema check and policy history read) pays for one open, not one each; the engine releases the
-file before a run's activities (`release`), so a hung controller never holds it. Every
-operation commits before it returns, so what it wrote is durable whether or not the connection stays open.
+once (a CLI run, an MCP server, a plane proxy, a test polling the store). So the store never keeps a connection
+open beyond the work that needs it: each operation opens the file and closes it before returning, and another
+process that finds the file locked retries for up to `_LOCK_WAIT_S`. Opening a DuckDB database costs ~15 ms,
+so a caller with several operations in a row (a run's schema check and policy history read, a run's persist)
+wraps them in `with store.batch():`, which keeps one connection for the block and closes it at the end. The
+scope is explicit on purpose: a connection kept "for a while" after an operation starves other processes
+that poll the store. Every operation commits before it returns.
 """
 
 from __future__ import annotations
@@ -34,45 +34,19 @@ _IDLE_CLOSE_S = 0.25
 
 
 class _Shared:
-    """The one read-write connection this process holds to a store file, while it is in use or recently was."""
+    """This process's read-write connection to one store file, open only inside a `Store.batch()` block."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.con: duckdb.DuckDBPyConnection | None = None
-        self.last_used = 0.0
-        self.timer: threading.Timer | None = None
+        self.depth = 0
 
     def close(self) -> None:
         with self.lock:
-            if self.timer is not None:
-                self.timer.cancel()
-                self.timer = None
             con, self.con = self.con, None
             if con is not None:
                 with contextlib.suppress(Exception):
                     con.close()
-
-    def release(self) -> None:
-        """Called with the lock held after an operation: arm the idle close."""
-        self.last_used = time.monotonic()
-        if self.timer is None:
-            self._arm(_IDLE_CLOSE_S)
-
-    def _arm(self, delay: float) -> None:
-        self.timer = threading.Timer(delay, self._idle_check)
-        self.timer.daemon = True
-        self.timer.start()
-
-    def _idle_check(self) -> None:
-        with self.lock:
-            self.timer = None
-            if self.con is None:
-                return
-            idle = time.monotonic() - self.last_used
-            if idle >= _IDLE_CLOSE_S:
-                self.close()
-            else:
-                self._arm(_IDLE_CLOSE_S - idle)
 
 
 _SHARED: dict[str, _Shared] = {}
@@ -94,7 +68,7 @@ def _close_all() -> None:
 
 
 def release_store_files() -> None:
-    """Close every connection this process keeps, so other processes can open the files at once."""
+    """Close every connection this process holds, so other processes can open the files at once."""
     _close_all()
 
 
@@ -115,7 +89,7 @@ def default_store_path() -> Path:
 
 
 class Store:
-    """A DuckDB-file store. Cheap to construct; calls share one briefly-kept connection per file (see above)."""
+    """A DuckDB-file store. Cheap to construct; each call opens and closes the file unless inside `batch()`."""
 
     dialect = "duckdb"
     _migrated: set[tuple[str, str]] = set()
@@ -130,12 +104,27 @@ class Store:
         return f"Store({str(self.path)!r})"
 
     @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Keep one read-write connection for the operations in this block (this thread's and others'), and
+        close it when the block ends."""
+        shared = _shared(str(self.path))
+        with shared.lock:
+            shared.depth += 1
+        try:
+            yield
+        finally:
+            with shared.lock:
+                shared.depth -= 1
+                if shared.depth == 0:
+                    shared.close()
+
+    @contextlib.contextmanager
     def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to the file for one operation, retrying while another process writes to it.
 
-        Read-write operations share this process's connection (one at a time); read-only ones open the file
-        read-only on their own (DuckDB enforces it), after closing the shared one, which DuckDB would not let
-        coexist with a read-only open in the same process."""
+        Read-write operations reuse the connection of an enclosing `batch()`, else open and close their own.
+        Read-only ones open the file read-only on their own (DuckDB enforces it), after closing a batch's
+        connection, which DuckDB would not let coexist with a read-only open in the same process."""
         shared = _shared(str(self.path))
         with shared.lock:
             if read_only:
@@ -155,7 +144,8 @@ class Store:
                 # a failed operation may leave a transaction open: never hand that connection on
                 shared.close()
                 raise
-            shared.release()
+            if shared.depth == 0:
+                shared.close()
 
     def _open(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + _LOCK_WAIT_S
@@ -170,11 +160,6 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
-
-    def release(self) -> None:
-        """Close this process's kept connection now: before work of unknown length (a run's activities), so a
-        controller that hangs or is stopped mid-run never keeps other processes out of the store."""
-        _shared(str(self.path)).close()
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         with self.connect() as con:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -517,10 +518,6 @@ class _Runner:
         self.writer.start()
         if self.policy_decision is not None:
             self.writer.emit({"event": "policy", "policy": _decision_dict(self.policy_decision)})
-        # phase 0 is done with the store until the journal is persisted: let go of the file for the run
-        release = getattr(self.writer.store, "release", None)
-        if release is not None:
-            release()
         scope = anyio.CancelScope()
         _ACTIVE[self.ctx.run_id] = _ActiveRun(self.ctx.run_id, scope, self.state)
         from faultplane.drivers.blast import radius_cap
@@ -792,7 +789,11 @@ async def execute(
     policy cannot be bypassed. Raises ExperimentError for invalid input; a refusal is a `refused` journal."""
     p = plan(raw, variables)
     policy = _load_policy(policy_path)
-    decision = None if policy is None else _evaluate(p, policy, store, approval_token)
+    decision = None
+    if policy is not None:
+        # the policy reads the family's history in several queries: one store open for all of them
+        with store.batch() if isinstance(store, Store) else contextlib.nullcontext():
+            decision = _evaluate(p, policy, store, approval_token)
     if decision is not None and not decision.allowed:
         return refused_journal(p, decision, store, journal_dir)
     return await run_plan(
