@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 from rich.console import Console
@@ -51,7 +52,7 @@ def run_demo(console: Console, port: int = 0) -> int:
         console.print(f"demo service listening on {url} (a real HTTP server on loopback)")
         progress = _Progress(quiet=False)
 
-        async def go():  # type: ignore[no-untyped-def]
+        async def go() -> Any:
             with console.status("running …") as status:
                 progress.status = status
                 return await run_experiment(
