@@ -29,7 +29,7 @@ The policy:
     retries. Under a retry storm the retries take the tokens first: new payments' attempts are refused with
     them, a self-inflicted denial of service for as long as the storm lasts.
   - "breaker": the same bucket, plus a circuit breaker on retries: a retry spends a token of a retry budget
-    (a tenth of a retry per incoming payment plus three a second, at most twenty saved); when it is empty or the
+    (a fifth of a retry per incoming payment plus ten a second, at most thirty saved); when it is empty or the
     bucket refuses an attempt, the circuit opens for `cooldown_ms` and no retries are sent (first attempts
     still are). Retries stay near 20% of the traffic, so they can never crowd out new payments or multiply the
     load on a degraded service.
@@ -101,12 +101,12 @@ def validate_policy(update: dict[str, Any], base: dict[str, Any]) -> dict[str, A
     return out
 
 
-# Breaker mode's retry budget, in the manner of gRPC's retry throttling and Finagle's RetryBudget: each incoming
-# payment earns a tenth of a retry, plus three retries a second whatever the traffic, at most twenty saved.
-# Retries stay near 10% of the traffic however many attempts fail, so they cannot multiply the load on a
-# degraded service, while the saved tokens cover a short burst of failures.
-RETRY_BUDGET_RATIO = 0.1
-RETRY_BUDGET_FLOOR_PER_S = 5.0
+# Breaker mode's retry budget, Finagle's RetryBudget defaults: each incoming payment earns a fifth of a retry,
+# plus ten retries a second whatever the traffic, at most thirty saved. Retries stay near 20% of the traffic
+# however many attempts fail, so they cannot multiply the load on a degraded service, while the saved tokens
+# cover a short burst of failures.
+RETRY_BUDGET_RATIO = 0.2
+RETRY_BUDGET_FLOOR_PER_S = 10.0
 RETRY_BUDGET_MAX = 30.0
 
 
