@@ -142,7 +142,8 @@ def evidence(journal: Mapping[str, Any]) -> Evidence:
     # reading may be the reply of the action that reset the counters, holding the *previous* period (another
     # run's storm). The counters restart in the method, so the last reading taken (a rollback's, else the
     # method's last probe) covers the whole fault window and nothing before it.
-    ev.caller = (callers["rollbacks"] or callers["run"] or [None])[-1]
+    readings = callers["rollbacks"] or callers["run"]
+    ev.caller = readings[-1] if readings else None
     ev.pools = pools["rollbacks"] or pools["run"][-_instances(pools["run"]) :]
     return ev
 
