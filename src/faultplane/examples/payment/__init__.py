@@ -25,13 +25,13 @@ EXPERIMENTS = [
     HERE / "payment-4-pool-90pct-unbounded-retries.yaml",
 ]
 # The system the scenario runs against (`payment_system(**SYSTEM)`). Pools of ten carry 30 payments/s with
-# room to spare (a payment holds a connection ~26 ms on average: 20 ms +-50%, 2% slow ones of 300 ms); a pool of
-# one per instance still carries them (~40% busy) as long as retries do not multiply the work. Queries of callers
+# room to spare (a payment holds a connection ~29 ms on average: 23 ms +-50%, 2% slow ones of 300 ms); a pool of
+# one per instance still carries them (~45% busy) as long as retries do not multiply the work. Queries of callers
 # that timed out still run, as in a database. Each instance stops for 400 ms every 3 s, in turn (a stop-the-world
 # pause): invisible with ten connections, the trigger of the storm with one.
 SYSTEM: dict[str, Any] = {
     "pool_size": 10,
-    "work_ms": 20.0,
+    "work_ms": 23.0,
     "slow_fraction": 0.02,
     "slow_ms": 300.0,
     "pause_every_s": 3.0,
