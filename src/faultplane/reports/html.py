@@ -59,7 +59,7 @@ def _load_section(ev: Evidence) -> str:
         return "<p>No load generator ran in this experiment.</p>"
     lat = load.get("latency_ms") or {}
     spec = load.get("spec") or {}
-    rows = [
+    rows: list[list[Any]] = [
         ["target", f"{spec.get('method', '')} {spec.get('url', '')}"],
         ["rate (requests/s)", spec.get("rate")],
         ["duration (s)", load.get("duration_s")],

@@ -50,8 +50,7 @@ def _pool_summary(ev: Evidence) -> dict[str, Any] | None:
         return None
     sizes = [p["pool"].get("size") for p in ev.pools]
     bases = [p["pool"].get("base_size") for p in ev.pools]
-    waits = [(p.get("pool_wait_ms") or {}).get("p99") for p in ev.pools]
-    waits = [w for w in waits if w is not None]
+    waits = [w for p in ev.pools if (w := (p.get("pool_wait_ms") or {}).get("p99")) is not None]
     return {
         "instances": len(ev.pools),
         "sizes": sizes,
