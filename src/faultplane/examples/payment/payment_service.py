@@ -22,7 +22,8 @@ database does with a query whose client has left.
 
 `--pause-every-s N --pause-ms M` stops the service for M ms every N s (from `--pause-offset-s`), the way a
 stop-the-world garbage collection does: requests that arrive or finish inside a pause wait for its end. With a
-full pool a pause is a blip; with one connection it is the trigger a retry storm needs.
+full pool a pause is a blip; with one connection it is the trigger a retry storm needs. `--pause-epoch` (a
+`time.monotonic()` value) puts several instances on one schedule.
 """
 
 from __future__ import annotations
@@ -231,6 +232,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pause-every-s", type=float, default=0.0, help="a stop-the-world pause this often")
     parser.add_argument("--pause-ms", type=float, default=0.0, help="how long each pause lasts")
     parser.add_argument("--pause-offset-s", type=float, default=0.0, help="when the first pause starts")
+    parser.add_argument(
+        "--pause-epoch",
+        type=float,
+        default=None,
+        help="time.monotonic() the pause schedule counts from (default: this process's start), so that "
+        "several instances can share one schedule",
+    )
     parser.add_argument("--dsn", default=os.environ.get("PAYMENT_DSN") or None)
     args = parser.parse_args(argv)
     pool = make_pool(args.pool_size, args.acquire_timeout_ms / 1000.0, args.dsn)
@@ -239,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     STATE.skip_abandoned = not args.abandoned_work
     STATE.pause_every_s, STATE.pause_s = args.pause_every_s, args.pause_ms / 1000.0
     STATE.pause_offset_s = args.pause_offset_s
+    if args.pause_epoch is not None:
+        STATE.started = args.pause_epoch
     try:
         serve(Handler, args.port, "payment-service")
     finally:

@@ -85,12 +85,15 @@ def payment_system(
     abandoned_work: bool = False,
     pause_every_s: float = 0.0,
     pause_ms: float = 0.0,
+    pause_together: bool = False,
 ) -> Iterator[PaymentSystem]:
     """Start `instances` payment-services (PostgreSQL pools when `dsn` is given, else embedded) and the caller;
     yield their URLs; stop them all on exit, whatever happened. See payment_service for the parameters."""
     if instances < 1:
         raise ValueError("instances must be at least 1")
     procs: list[subprocess.Popen[str]] = []
+    # one clock for every instance's pause schedule (CLOCK_MONOTONIC is system-wide), whenever each one started
+    epoch = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="faultplane-payment-") as tmp:
         logs = Path(tmp)
         try:
@@ -118,10 +121,11 @@ def payment_system(
                 if abandoned_work:
                     args.append("--abandoned-work")
                 if pause_every_s > 0 and pause_ms > 0:
-                    # instances pause in turn, never together: one instance's pause is the other's surge
-                    offset = pause_every_s * (i + 0.5) / instances
+                    # in turn, one instance's pause is the other's surge; together (a pause of what they share,
+                    # e.g. the database host), no instance is left to absorb the retries
+                    offset = pause_every_s * (0.5 if pause_together else (i + 0.5) / instances)
                     args += ["--pause-every-s", str(pause_every_s), "--pause-ms", str(pause_ms)]
-                    args += ["--pause-offset-s", str(offset)]
+                    args += ["--pause-offset-s", str(offset), "--pause-epoch", repr(epoch)]
                 proc, port = _start(args, f"payment-{i}", logs)
                 procs.append(proc)
                 urls.append(f"http://127.0.0.1:{port}")
