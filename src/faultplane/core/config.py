@@ -9,9 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from faultplane.core.formats import ExperimentError, ValidationIssue
+from faultplane.core.formats import ExperimentError, ValidationIssue, loads
 
 __all__ = ["MASK", "Resolved", "load_var_file", "mask_secrets", "parse_var", "resolve"]
 
@@ -92,30 +90,8 @@ def load_var_file(path: str | Path) -> dict[str, Any]:
                 k, _, v = line.partition("=")
                 out[k.strip()] = v.strip().strip("'\"")
         return out
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=f"--var-file {p}:{exc.lineno}:{exc.colno}",
-                    message=f"invalid JSON: {exc.msg}",
-                    fix="correct the JSON syntax at that position (a JSON object of name: value pairs)",
-                )
-            ]
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=f"--var-file {where}",
-                    message=f"invalid YAML: {getattr(exc, 'problem', None) or exc}",
-                    fix="correct the YAML syntax (indentation, quoting) at that position",
-                )
-            ]
-        ) from None
+    # the experiment loader's parser: syntax errors come back naming the file, line and column, with the fix
+    data = loads(text, "json" if p.suffix == ".json" else "yaml", source=f"--var-file {p}")
     if not isinstance(data, dict):
         raise ExperimentError(
             [
