@@ -1,8 +1,8 @@
 """Added latency of the plane proxies with an empty plan: tools/call direct vs through each proxy.
 
 Runs a tiny MCP server (mcp SDK) as a real subprocess, over stdio and over streamable HTTP, and times
-sequential tools/call round trips from a raw client (line-level for stdio, httpx2 for HTTP), first direct and
-then through the proxy, in the same run. Prints p50/p99 and the added latency. Target: p50 added < 0.5 ms
+sequential tools/call round trips from a raw client (line-level for stdio, httpx2 for HTTP), direct and through
+the proxy, both kept open and called in alternating blocks in the same run (so machine drift hits both sides). Prints p50/p99 and the added latency. Target: p50 added < 0.5 ms
 on stdio.
 
     python benchmarks/bench_plane_proxy.py [--calls N]
@@ -19,7 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SERVER = """
 import sys
@@ -49,6 +51,7 @@ INIT = {
 }
 PY = sys.executable
 TARGET_STDIO_P50_MS = 0.5
+BLOCK = 50
 
 
 def call(i: int) -> dict:
@@ -65,34 +68,54 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
-def bench_stdio(cmd: list[str], n: int, warmup: int, env: dict[str, str]) -> list[float]:
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
-    )
-    assert proc.stdin and proc.stdout
-    try:
-        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
-        proc.stdin.flush()
-        proc.stdout.readline()
-        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        proc.stdin.flush()
-        times = []
-        for i in range(1, warmup + n + 1):
-            line = json.dumps(call(i)).encode() + b"\n"
-            t0 = time.perf_counter()
-            proc.stdin.write(line)
-            proc.stdin.flush()
-            proc.stdout.readline()
-            if i > warmup:
-                times.append((time.perf_counter() - t0) * 1000.0)
-        return times
-    finally:
-        proc.stdin.close()
+class StdioSession:
+    """A raw line-level MCP client of one stdio server process, initialised and ready for tools/call."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        )
+        assert self.proc.stdin and self.proc.stdout
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.stdin.write(json.dumps(INIT).encode() + b"\n")
+        self.stdin.flush()
+        self.stdout.readline()
+        self.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        self.stdin.flush()
+
+    def call(self, i: int) -> float:
+        line = json.dumps(call(i)).encode() + b"\n"
+        t0 = time.perf_counter()
+        self.stdin.write(line)
+        self.stdin.flush()
+        self.stdout.readline()
+        return (time.perf_counter() - t0) * 1000.0
+
+    def close(self) -> None:
+        self.stdin.close()
         try:
-            proc.wait(timeout=10)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            self.proc.kill()
+            self.proc.wait()
+
+
+def interleaved(direct: Callable[[int], float], proxied: Callable[[int], float], n: int, warmup: int):
+    """n timed calls on each side, in alternating blocks of BLOCK, so that drift in the machine's speed (other
+    processes, frequency changes) lands on both sides alike instead of on whichever side ran second."""
+    d: list[float] = []
+    p: list[float] = []
+    for i in range(1, warmup + 1):
+        direct(i)
+        proxied(i)
+    i = warmup
+    while len(d) < n:
+        for _ in range(min(BLOCK, n - len(d))):
+            i += 1
+            d.append(direct(i))
+        for _ in range(min(BLOCK, n - len(p))):
+            p.append(proxied(i))
+    return d, p
 
 
 def free_port() -> int:
@@ -112,21 +135,19 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
     raise TimeoutError(f"nothing listening on {port}")
 
 
-def bench_http(url: str, n: int, warmup: int) -> list[float]:
-    import httpx2
-
+def http_caller(http: Any, url: str) -> Callable[[int], float]:
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    times = []
-    with httpx2.Client(timeout=10) as http:
-        for i in range(1, warmup + n + 1):
-            body = json.dumps(call(i)).encode()
-            t0 = time.perf_counter()
-            r = http.post(url, content=body, headers=headers)
-            r.read()
-            if i > warmup:
-                times.append((time.perf_counter() - t0) * 1000.0)
-            assert r.status_code == 200, r.text
-    return times
+
+    def one(i: int) -> float:
+        body = json.dumps(call(i)).encode()
+        t0 = time.perf_counter()
+        r = http.post(url, content=body, headers=headers)
+        r.read()
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        assert r.status_code == 200, r.text
+        return elapsed
+
+    return one
 
 
 def main() -> int:
@@ -139,10 +160,15 @@ def main() -> int:
         server.write_text(SERVER)
         env = {**os.environ, "FAULTPLANE_STORE": str(Path(tmp) / "store.duckdb")}
         rows = []
-        direct = bench_stdio([PY, str(server)], args.calls, args.warmup, env)
-        proxied = bench_stdio(
-            [PY, "-m", "faultplane.plane.proxy_stdio", "--", PY, str(server)], args.calls, args.warmup, env
-        )
+        sessions = [
+            StdioSession([PY, str(server)], env),
+            StdioSession([PY, "-m", "faultplane.plane.proxy_stdio", "--", PY, str(server)], env),
+        ]
+        try:
+            direct, proxied = interleaved(sessions[0].call, sessions[1].call, args.calls, args.warmup)
+        finally:
+            for session in sessions:
+                session.close()
         rows.append(("stdio", direct, proxied))
 
         up, px = free_port(), free_port()
@@ -158,15 +184,24 @@ def main() -> int:
                 )
             )  # fmt: skip
             wait_port(px)
-            direct = bench_http(f"http://127.0.0.1:{up}/mcp", args.calls, args.warmup)
-            proxied = bench_http(f"http://127.0.0.1:{px}/mcp", args.calls, args.warmup)
+            import httpx2
+
+            with httpx2.Client(timeout=10) as h1, httpx2.Client(timeout=10) as h2:
+                direct, proxied = interleaved(
+                    http_caller(h1, f"http://127.0.0.1:{up}/mcp"),
+                    http_caller(h2, f"http://127.0.0.1:{px}/mcp"),
+                    args.calls,
+                    args.warmup,
+                )
             rows.append(("http (json, stateless)", direct, proxied))
         finally:
             for p in procs:
                 p.terminate()
                 p.wait(timeout=10)
 
-    print(f"plane proxy added latency, empty plan, {args.calls} sequential tools/call per row (ms)")
+    print(
+        f"plane proxy added latency, empty plan, {args.calls} sequential tools/call per side, interleaved in blocks of {BLOCK} (ms)"
+    )
     header = f"{'transport':24} {'direct p50':>10} {'direct p99':>10} {'proxy p50':>10} {'proxy p99':>10} "
     header += f"{'added p50':>10} {'added p99':>10}  target"
     print(header)
