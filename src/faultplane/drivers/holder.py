@@ -29,7 +29,7 @@ import psutil
 
 from faultplane.drivers.base import DriverError
 
-__all__ = ["kill_holder", "spawn_holder"]
+__all__ = ["hold_connections", "kill_holder", "spawn_holder"]
 
 _FILL_CAP = 100_000
 _SPAWN_TIMEOUT_S = 120.0
@@ -154,6 +154,45 @@ def spawn_holder(kind: str, target: str, tag: str, count: int | None, leave_free
         kill_holder(tag)
         raise DriverError(f"{kind}: cannot open a single connection: {why.removeprefix('error: ')}")
     return report
+
+
+async def hold_connections(
+    ctx: Any,
+    kind: str,
+    target: str,
+    tag: str,
+    p: Any,
+    *,
+    label: str,
+    revert: str,
+    revert_args: dict[str, Any],
+) -> dict[str, Any]:
+    """The exhaustion fault every driver shares: lease the revert first, start a holder of `p.connections`
+    (`p.leave_free` closed again), and release it after `p.duration_seconds` when that is set. The driver's
+    own `revert` recipe (`revert_args`) must end the holder of `tag`."""
+    import anyio
+
+    from faultplane.drivers.leases import leased_revert, revert_now
+
+    entry = leased_revert(ctx, label=label, driver=kind, revert=revert, args=revert_args)
+    try:
+        report = await anyio.to_thread.run_sync(spawn_holder, kind, target, tag, p.connections, p.leave_free)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {
+        "requested": p.connections,
+        "held": report["held"],
+        "opened": report["opened"],
+        "stopped_by": report["stopped_by"],
+    }
+    if p.duration_seconds:
+        try:
+            await anyio.sleep(p.duration_seconds)
+        finally:
+            await revert_now(ctx, entry)
+        result["released_after_s"] = p.duration_seconds
+    return result
 
 
 def _readline(proc: subprocess.Popen[str], timeout: float) -> str:

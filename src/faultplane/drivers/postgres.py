@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
-from faultplane.drivers.holder import kill_holder, spawn_holder
+from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
 
 __all__: list[str] = []
@@ -202,34 +202,17 @@ async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[st
     """
     tag = _tag("hold")
     what = p.connections if p.connections is not None else "every free slot"
-    entry = leased_revert(
+    result = await hold_connections(
         ctx,
+        "postgres",
+        p.dsn,
+        tag,
+        p,
         label=f"postgres: close held connections ({tag}, {what})",
-        driver="postgres",
         revert="kill_holder",
-        args={"dsn": p.dsn, "application_name": tag},
+        revert_args={"dsn": p.dsn, "application_name": tag},
     )
-    try:
-        report = await anyio.to_thread.run_sync(
-            spawn_holder, "postgres", p.dsn, tag, p.connections, p.leave_free
-        )
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
-    result: dict[str, Any] = {
-        "requested": p.connections,
-        "held": report["held"],
-        "opened": report["opened"],
-        "stopped_by": report["stopped_by"],
-        "application_name": tag,
-    }
-    if p.duration_seconds:
-        try:
-            await anyio.sleep(p.duration_seconds)
-        finally:
-            await revert_now(ctx, entry)
-        result["released_after_s"] = p.duration_seconds
-    return result
+    return {**result, "application_name": tag}
 
 
 # --- table lock -----------------------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
-from faultplane.drivers.holder import kill_holder, spawn_holder
-from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
+from faultplane.drivers.holder import hold_connections, kill_holder
+from faultplane.drivers.leases import leased_revert, revert_recipe
 
 __all__: list[str] = []
 
@@ -194,34 +194,17 @@ async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[st
     """
     name = f"faultplane-hold-{uuid.uuid4().hex[:10]}"
     what = p.connections if p.connections is not None else "maxclients"
-    entry = leased_revert(
+    result = await hold_connections(
         ctx,
+        "redis",
+        p.url,
+        name,
+        p,
         label=f"redis: close held connections ({name}, up to {what})",
-        driver="redis",
         revert="kill_named",
-        args={"url": p.url, "name": name},
+        revert_args={"url": p.url, "name": name},
     )
-    try:
-        report = await anyio.to_thread.run_sync(
-            spawn_holder, "redis", p.url, name, p.connections, p.leave_free
-        )
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
-    result: dict[str, Any] = {
-        "requested": p.connections,
-        "held": report["held"],
-        "opened": report["opened"],
-        "stopped_by": report["stopped_by"],
-        "client_name": name,
-    }
-    if p.duration_seconds:
-        try:
-            await anyio.sleep(p.duration_seconds)
-        finally:
-            await revert_now(ctx, entry)
-        result["released_after_s"] = p.duration_seconds
-    return result
+    return {**result, "client_name": name}
 
 
 # --- key eviction ---------------------------------------------------------------------------------------------
