@@ -96,10 +96,11 @@ async def test_a_stall_shows_in_the_latency_of_every_request_queued_behind_it() 
     assert s["sent"] == 150 and s["ok"] == 150  # the stall did not slow the arrivals down
     lat = s["latency_ms"]
     assert lat["max"] >= 280
-    # ~30 requests were scheduled during the 300 ms: a closed loop would report one slow request, here about a
-    # fifth of all requests carry part of the stall (p80 above 50 ms; a healthy answer takes ~1 ms)
+    # Every request scheduled in the stall's first 200 ms (20 of them at 100/s) waited until it ended, so its
+    # latency from the schedule is >= 100 ms however fast the server drains the queue afterwards: at least the
+    # slowest 15 of 150 (p90). A closed loop would have sent them late and reported one slow request.
     assert lat["p90"] >= 100, lat
-    assert lat["p50"] < 50, lat
+    assert lat["min"] < 50, lat  # requests before the stall answered promptly: the slowness is the stall's
 
 
 async def test_in_flight_overflow_counts_as_errors_without_slowing_the_rate() -> None:
