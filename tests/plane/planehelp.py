@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp import StdioServerParameters
+from faultplane.plane.faults import FaultEngine
+from faultplane.plane.plan import parse_plan
+from mcp import Client, MCPError, StdioServerParameters
 
 HERE = Path(__file__).parent
 SERVER = str(HERE / "fixture_server.py")
@@ -81,3 +83,30 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def predicted(plan: dict[str, Any], tool: str, n: int, fault: str) -> list[int]:
+    """Which of n calls to `tool` the engine will hit with `fault`: the draws depend only on seed and ordinal."""
+    engine = FaultEngine(parse_plan(plan))
+    hits = []
+    for i in range(n):
+        d = engine.on_request(
+            {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
+        )
+        if d is not None and any(e.fault_type == fault for e in d.events):
+            hits.append(i)
+    return hits
+
+
+async def outcomes(target: Any, tool: str, args: dict[str, Any], n: int, **kw: Any) -> list[str]:
+    """n calls through the SDK client (`target`: a URL or stdio parameters), each as the client saw it:
+    the result, `tool_error`, or `rpc:<code>`."""
+    out = []
+    async with Client(target, **kw) as c:
+        for _ in range(n):
+            try:
+                r = await c.call_tool(tool, args)
+                out.append("tool_error" if r.is_error else json.dumps(r.structured_content, sort_keys=True))
+            except MCPError as exc:
+                out.append(f"rpc:{exc.error.code}")
+    return out

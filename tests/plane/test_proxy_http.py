@@ -13,12 +13,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from planehelp import PY, SERVER, child_env, free_port, stop, wait_port, write_plan
+from planehelp import PY, SERVER, child_env, free_port, outcomes, predicted, stop, wait_port, write_plan
 from typer.testing import CliRunner
 
 from faultplane.cli.plane import app
-from faultplane.plane.faults import FaultEngine
-from faultplane.plane.plan import parse_plan
 from faultplane.plane.recorder import plane_store
 from mcp import Client, MCPError
 
@@ -40,28 +38,6 @@ INIT = {
 
 def call(rid: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": tool, "arguments": args}}
-
-
-def predicted(plan: dict[str, Any], tool: str, n: int, fault: str) -> list[int]:
-    engine = FaultEngine(parse_plan(plan))
-    hits = []
-    for i in range(n):
-        d = engine.on_request(call(i, tool, {}))
-        if d is not None and any(e.fault_type == fault for e in d.events):
-            hits.append(i)
-    return hits
-
-
-async def outcomes(url: str, tool: str, args: dict[str, Any], n: int, **kw: Any) -> list[str]:
-    out = []
-    async with Client(url, **kw) as c:
-        for _ in range(n):
-            try:
-                r = await c.call_tool(tool, args)
-                out.append("tool_error" if r.is_error else json.dumps(r.structured_content, sort_keys=True))
-            except MCPError as exc:
-                out.append(f"rpc:{exc.error.code}")
-    return out
 
 
 async def wait_for_events(session: str, expected: int, timeout: float = 15.0) -> list[dict[str, Any]]:

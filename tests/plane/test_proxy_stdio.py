@@ -13,43 +13,18 @@ from typing import Any
 
 import anyio
 import pytest
-from planehelp import PY, SERVER, child_env, stdio_proxy_params, write_plan
+from planehelp import PY, SERVER, child_env, outcomes, predicted, stdio_proxy_params, write_plan
 from typer.testing import CliRunner
 
 from faultplane.cli.plane import app
-from faultplane.plane.faults import FaultEngine
-from faultplane.plane.plan import parse_plan
 from faultplane.plane.recorder import plane_store
 from mcp import Client, MCPError
 
 pytestmark = pytest.mark.anyio
 
 
-def predicted(plan: dict[str, Any], tool: str, n: int, fault: str) -> list[int]:
-    """Which of n calls to `tool` the engine will hit with `fault`: the draws depend only on seed and ordinal."""
-    engine = FaultEngine(parse_plan(plan))
-    hits = []
-    for i in range(n):
-        d = engine.on_request({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool}})
-        if d is not None and any(e.fault_type == fault for e in d.events):
-            hits.append(i)
-    return hits
-
-
 def within(count: int, n: int, p: float) -> bool:
     return abs(count - n * p) <= 4.5 * math.sqrt(n * p * (1 - p)) + 1
-
-
-async def outcomes(params: Any, tool: str, args: dict[str, Any], n: int, **kw: Any) -> list[str]:
-    out = []
-    async with Client(params, **kw) as c:
-        for _ in range(n):
-            try:
-                r = await c.call_tool(tool, args)
-                out.append("tool_error" if r.is_error else json.dumps(r.structured_content, sort_keys=True))
-            except MCPError as exc:
-                out.append(f"rpc:{exc.error.code}")
-    return out
 
 
 # --- raw wire helpers ---------------------------------------------------------------------------------------
