@@ -39,6 +39,43 @@ def slow(seconds: float, marker: str | None = None) -> float:
     return seconds
 
 
+def thread_name() -> str:
+    """Which thread ran the probe: the engine runs blocking probes inline or in a worker thread."""
+    import threading
+
+    return threading.current_thread().name
+
+
+def nested_loops() -> str:
+    """A blocking probe that runs its own event loops, as Chaos Toolkit extensions wrapping async clients do."""
+    import asyncio
+
+    import anyio
+
+    async def answer() -> str:
+        await asyncio.sleep(0)
+        return "ok"
+
+    return asyncio.run(answer()) + "+" + anyio.run(answer)
+
+
+def stubborn_sleep(seconds: float, marker: str | None = None) -> float:
+    """A probe that swallows every Exception while it blocks, as careless probes do; the marker says which
+    thread ran it."""
+    import threading
+
+    if marker:
+        record(marker, "started")
+        record(marker, threading.current_thread().name)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(deadline - time.monotonic())
+        except Exception:
+            continue
+    return seconds
+
+
 def unserialisable() -> Any:
     class Thing:
         def __repr__(self) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,27 +14,10 @@ import pytest
 import yaml
 
 import ctk_helpers
+from clihelp import cli, env
 from faultplane.core.store import Store
 
 pytestmark = pytest.mark.usefixtures("lab_policy")
-TESTS = Path(__file__).resolve().parent.parent
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
-    env["FAULTPLANE_DRIVERS"] = "ctk_helpers"
-    return env
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "faultplane.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=timeout,
-    )
 
 
 def _experiment(tmp_path: Path, **method_extra: Any) -> Path:
@@ -89,7 +71,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=env(),
     )
     marker = tmp_path / "marker.txt"
     deadline = time.monotonic() + 30

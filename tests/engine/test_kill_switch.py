@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 import ctk_helpers
+from clihelp import cli, env
 from faultplane.core.faults import FaultRegistry, FaultSpec
 
-from .test_exit_paths import _env, _start, cli
+from .test_exit_paths import _start
 
 pytestmark = pytest.mark.usefixtures("lab_policy")
 
@@ -63,7 +64,7 @@ def test_abort_all_stops_runs_and_reverts_every_fault(tmp_path: Path) -> None:
         (tmp_path / "hang.yaml").write_text(yaml.safe_dump(exp))
         hung = subprocess.Popen(
             [sys.executable, "-m", "faultplane.cli.main", "run", str(tmp_path / "hang.yaml"), "-q"],
-            env=_env(),
+            env=env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -180,8 +180,11 @@ def _unknown(name: str, where: str) -> ValidationIssue:
     )
 
 
-def resolve(document: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> Resolved:
-    """Resolve configuration (env refs, overrides) and secrets, then substitute `${var}` everywhere else."""
+def resolve(
+    document: Mapping[str, Any], variables: Mapping[str, Any] | None = None, *, substitute: bool = True
+) -> Resolved:
+    """Resolve configuration (env refs, overrides) and secrets, then substitute `${var}` everywhere else.
+    `substitute=False` when the caller knows the document holds no `${`: the walk is skipped."""
     variables = dict(variables or {})
     issues: list[ValidationIssue] = []
     configuration: dict[str, Any] = {}
@@ -212,7 +215,9 @@ def resolve(document: Mapping[str, Any], variables: Mapping[str, Any] | None = N
         values.update(entries)
     out: dict[str, Any] = {}
     for key, node in document.items():
-        out[key] = node if key in _NOT_SUBSTITUTED else _substitute(node, values, key, issues)
+        out[key] = (
+            node if key in _NOT_SUBSTITUTED or not substitute else _substitute(node, values, key, issues)
+        )
     if issues:
         raise ExperimentError(issues)
     return Resolved(out, configuration, secrets, secret_values)

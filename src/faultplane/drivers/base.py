@@ -73,6 +73,8 @@ class ActivityContext:
     reverts: list[RevertEntry] = field(default_factory=list)
     # Set by the engine so drivers can record lease ids against the run's store.
     store_path: str | None = None
+    # Set by the engine while nothing else shares its loop: blocking python functions may then run inline.
+    inline: bool = False
 
     def on_revert(self, fn: RevertFn, *, label: str, lease_id: str | None = None) -> RevertEntry:
         """Register how to undo a change. Call it before applying the change."""

@@ -22,11 +22,19 @@ import faultplane
 import faultplane.core.policy  # every run is checked against the policy: loaded with the engine
 from faultplane.core.config import mask_secrets, resolve
 from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
-from faultplane.core.model import Activity, ActivityRun, Experiment, Journal, MethodItem
+from faultplane.core.model import Activity, ActivityRun, ActivityStatus, Experiment, Journal, MethodItem
 from faultplane.core.store import Store
 from faultplane.drivers.base import ActivityContext, get_activity
+from faultplane.drivers.blast import radius_cap
 from faultplane.engine.journal import JournalWriter, now, recover_interrupted
-from faultplane.engine.providers import ActivityFailed, ActivityTimeout, execute_provider, jsonable
+from faultplane.engine.providers import (
+    ActivityFailed,
+    ActivityTimeout,
+    arm_inline_signals,
+    disarm_inline_signals,
+    execute_provider,
+    jsonable,
+)
 from faultplane.engine.tolerance import within_tolerance
 
 __all__ = [
@@ -58,9 +66,12 @@ def exit_code(journal: Journal) -> int:
     return EXIT_CODES.get(journal.status, 1)
 
 
+def _canonical(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def content_hash(document: Mapping[str, Any]) -> str:
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(_canonical(document).encode()).hexdigest()
 
 
 @dataclass
@@ -89,7 +100,12 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
         return []
 
     try:
-        resolved = resolve(raw, variables)
+        canonical = _canonical(raw)
+    except TypeError:  # keys JSON cannot sort (a YAML mapping with mixed key types): validation names them
+        canonical = "${"
+    try:
+        # most experiments hold no `${}`; the one serialisation gives the content hash and says so
+        resolved = resolve(raw, variables, substitute="${" in canonical)
     except ExperimentError as exc:
         raise ExperimentError(structure_issues() + exc.issues) from None
     try:
@@ -108,7 +124,7 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
         resolved.configuration,
         resolved.secrets,
         resolved.secret_values,
-        content_hash(raw),
+        hashlib.sha256(canonical.encode()).hexdigest() if canonical != "${" else content_hash(raw),
         family,
     )
 
@@ -203,18 +219,24 @@ class _Runner:
     # ---- activities -------------------------------------------------------------------------------------
     async def run_activity(self, item: MethodItem, section: str) -> ActivityRun:
         activity = self.exp.resolve(item)
-        self.writer.notify(
-            {"event": "activity_start", "section": section, "name": activity.name, "type": activity.type}
-        )
+        if self.writer.on_event is not None:
+            self.writer.notify(
+                {"event": "activity_start", "section": section, "name": activity.name, "type": activity.type}
+            )
         start = now()
-        status, output, error = "succeeded", None, None
+        status: ActivityStatus = "succeeded"
+        output: Any = None
+        error: str | None = None
         if activity.pauses and activity.pauses.before and not self.dry_run:
             await anyio.sleep(activity.pauses.before)
         if self.dry_run:
             status = "skipped"
         else:
             try:
-                with anyio.fail_after(activity.timeout) if activity.timeout else anyio.CancelScope():
+                if activity.timeout:
+                    with anyio.fail_after(activity.timeout):
+                        output = await execute_provider(activity, self.ctx)
+                else:
                     output = await execute_provider(activity, self.ctx)
             except TimeoutError:
                 status, error = "timeout", f"timed out after {activity.timeout}s"
@@ -225,7 +247,8 @@ class _Runner:
             except Exception as exc:  # a bug in a provider fails the activity, never the run's bookkeeping
                 status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         end = now()
-        run = ActivityRun(
+        # built from values the engine made itself: validating them again costs more than a quick probe
+        run = ActivityRun.model_construct(
             activity=self._activity_dict(activity),
             phase=section,
             status=status,
@@ -234,6 +257,7 @@ class _Runner:
             duration=(end - start).total_seconds(),
             output=jsonable(output),
             exception=error,
+            tolerance_met=None,
         )
         if activity.pauses and activity.pauses.after and not self.dry_run:
             await anyio.sleep(activity.pauses.after)
@@ -284,10 +308,12 @@ class _Runner:
     async def run_section(self, items: list[MethodItem], section: str, *, stop_on_failure: bool) -> bool:
         """Run activities in order, background ones concurrently; False when one failed."""
         ok = True
+        inline = self.ctx.inline
         async with anyio.create_task_group() as tg:
             for item in items:
                 activity = self.exp.resolve(item)
                 if activity.background:
+                    self.ctx.inline = False  # it shares the loop from now to the end of the section
                     tg.start_soon(self._run_recorded, item, section)
                     continue
                 run = await self._run_recorded(item, section)
@@ -295,6 +321,7 @@ class _Runner:
                     ok = False
                     if stop_on_failure:
                         break
+        self.ctx.inline = inline
         return ok and not any(
             r.status in ("failed", "timeout") and r.activity.get("type") == "action"
             for r in (self.writer.journal.run if section == "method" else [])
@@ -358,10 +385,13 @@ class _Runner:
         self.writer.emit({"event": "phase", "phase": "inject", "at": now().isoformat()})
         st.method_started = True
         method_scope = anyio.CancelScope()
+        inline = self.ctx.inline
         async with anyio.create_task_group() as monitors:
             if self.exp.slo_gates and not self.dry_run:
+                self.ctx.inline = False  # gates sample on this loop while the method runs
                 monitors.start_soon(self._gates, method_scope)
             if strategy in ("during-method", "continuously") and not self.dry_run:
+                self.ctx.inline = False
                 monitors.start_soon(self._continuous_hypothesis, method_scope)
             with method_scope:
                 ok = await self.run_section(self.exp.method, "method", stop_on_failure=True)
@@ -376,6 +406,7 @@ class _Runner:
                 elif strategy in ("default", "after-method-only", "continuously"):
                     st.after_met = await self.check_hypothesis("after")
             monitors.cancel_scope.cancel()
+        self.ctx.inline = inline
 
     async def recover(self) -> None:
         st = self.state
@@ -520,8 +551,6 @@ class _Runner:
             self.writer.emit({"event": "policy", "policy": _decision_dict(self.policy_decision)})
         scope = anyio.CancelScope()
         _ACTIVE[self.ctx.run_id] = _ActiveRun(self.ctx.run_id, scope, self.state)
-        from faultplane.drivers.blast import radius_cap
-
         try:
             # every target selection of the run (method, rollbacks, threads) is held to the blast radius
             with radius_cap(self._radius()):
@@ -540,8 +569,10 @@ class _Runner:
     async def _run_phases(self, handle_signals: bool, scope: anyio.CancelScope) -> None:
         async with anyio.create_task_group() as outer:
             if handle_signals:
-                outer.start_soon(self._watch_signals, scope)
+                await outer.start(self._watch_signals, scope)  # armed before the first activity runs
             load = self._start_load(outer)
+            # blocking probes may run on this loop's thread while nothing else needs it (see providers)
+            self.ctx.inline = handle_signals and load is None
             try:
                 with scope:
                     await self.inject()
@@ -588,12 +619,19 @@ class _Runner:
             await done.wait()
         self.writer.emit({"event": "load", "load": gen.summary()})
 
-    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+    async def _watch_signals(
+        self, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                self.state.abort_reason = f"received {signal.Signals(signum).name}"
-                scope.cancel()
-                return
+            arm_inline_signals()
+            task_status.started()
+            try:
+                async for signum in signals:
+                    self.state.abort_reason = f"received {signal.Signals(signum).name}"
+                    scope.cancel()
+                    return
+            finally:
+                disarm_inline_signals()
 
 
 def _decision_dict(decision: Any) -> dict[str, Any]:
