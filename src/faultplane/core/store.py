@@ -8,13 +8,23 @@ so a caller with several operations in a row (a run's schema check and policy hi
 wraps them in `with store.batch():`, which keeps one connection for the block and closes it at the end. The
 scope is explicit on purpose: a connection kept "for a while" after an operation starves other processes
 that poll the store. Every operation commits before it returns.
+
+A finished run does not wait for the store: its journal file is the record, and the store is an index of
+journal files. `queue_journal` leaves a marker in `<store>.pending/` (a few hundred microseconds, where a
+database open costs ~20 ms, more than a whole run of quick probes). Any operation on the store, in any
+process, first writes what is queued; a process writes its own queue before it exits, and a long-lived one
+(the MCP server) calls `flush()` after a run. So every reader through `Store` sees every finished run, and a
+run killed between its journal and its rows is indexed by the next one who looks.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import json
+import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -25,12 +35,17 @@ import duckdb
 
 from faultplane.core.migrations import CORE_MIGRATIONS as _CORE_MIGRATIONS
 
-__all__ = ["Store", "StoreBusyError", "default_store_path", "open_store", "release_store_files"]
+__all__ = [
+    "Store",
+    "StoreBusyError",
+    "default_store_path",
+    "open_store",
+    "release_store_files",
+    "write_journal_rows",
+]
 
 _LOCK_WAIT_S = 30.0
-# How long an idle connection keeps the file: short enough that another process waits little (it retries),
-# long enough to span a short run from its policy check to its persist.
-_IDLE_CLOSE_S = 0.25
+_log = logging.getLogger("faultplane.store")
 
 
 class _Shared:
@@ -92,13 +107,14 @@ class Store:
     """A DuckDB-file store. Cheap to construct; each call opens and closes the file unless inside `batch()`."""
 
     dialect = "duckdb"
-    _migrated: set[tuple[str, str]] = set()
+    _migrated: set[tuple[str, str]] = set()  # (file, owner) pairs migrated in this process
     _migrate_lock = threading.Lock()
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        # nothing is opened here: the schema is checked by the first operation that needs the file
         self.path = Path(path).expanduser() if path else default_store_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.ensure_schema("core", _CORE_MIGRATIONS)
+        self.pending_dir = self.path.with_name(self.path.name + ".pending")
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"
@@ -128,6 +144,9 @@ class Store:
         shared = _shared(str(self.path))
         with shared.lock:
             if read_only:
+                if not self._ready() or self.has_pending():
+                    with self.connect():  # schema and queued journals first: a read-only open can do neither
+                        pass
                 shared.close()
                 con = self._open(read_only=True)
                 try:
@@ -139,6 +158,10 @@ class Store:
                 shared.con = self._open(read_only=False)
             con = shared.con
             try:
+                if not self._ready():
+                    self._migrate(con, "core", _CORE_MIGRATIONS)
+                if self.has_pending():
+                    self._write_queued(con)
                 yield con
             except BaseException:
                 # a failed operation may leave a transaction open: never hand that connection on
@@ -152,7 +175,11 @@ class Store:
         delay = 0.01
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                existed = self.path.exists()
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                if not existed:
+                    self._created()
+                return con
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     if "lock" in str(exc).lower():
@@ -160,6 +187,13 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
+
+    def _created(self) -> None:
+        """A new database file (the first, or one made after the old was deleted): what this process and the
+        history index knew of the old one does not hold."""
+        with self._migrate_lock:
+            self._migrated.difference_update({k for k in self._migrated if k[0] == str(self.path)})
+        shutil.rmtree(self.path.with_name(self.path.name + ".history"), ignore_errors=True)
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         with self.connect() as con:
@@ -196,30 +230,211 @@ class Store:
 
     def ensure_schema(self, owner: str, migrations: Sequence[tuple[str, Sequence[str]]]) -> None:
         """Apply each named migration once. `owner` groups them (core, plane, faults, ...)."""
-        key = (str(self.path), owner)
+        if self._key(owner) in self._migrated:
+            return
+        with self.connect() as con:
+            self._migrate(con, owner, migrations)
+
+    def _key(self, owner: str) -> tuple[str, str]:
+        return (str(self.path), owner)
+
+    def _ready(self) -> bool:
+        return self._key("core") in self._migrated
+
+    def _migrate(
+        self, con: duckdb.DuckDBPyConnection, owner: str, migrations: Sequence[tuple[str, Sequence[str]]]
+    ) -> None:
+        key = self._key(owner)
         with self._migrate_lock:
             if key in self._migrated:
                 return
-            with self.connect() as con:
-                con.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations "
-                    "(owner VARCHAR, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
-                )
-                done = {
-                    r[0]
-                    for r in con.execute(
-                        "SELECT name FROM schema_migrations WHERE owner = ?", [owner]
-                    ).fetchall()
-                }
-                for name, statements in migrations:
-                    if name in done:
-                        continue
-                    con.execute("BEGIN")
-                    for stmt in statements:
-                        con.execute(stmt)
-                    con.execute("INSERT INTO schema_migrations (owner, name) VALUES (?, ?)", [owner, name])
-                    con.execute("COMMIT")
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(owner VARCHAR, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
+            )
+            done = {
+                r[0]
+                for r in con.execute("SELECT name FROM schema_migrations WHERE owner = ?", [owner]).fetchall()
+            }
+            for name, statements in migrations:
+                if name in done:
+                    continue
+                con.execute("BEGIN")
+                for stmt in statements:
+                    con.execute(stmt)
+                con.execute("INSERT INTO schema_migrations (owner, name) VALUES (?, ?)", [owner, name])
+                con.execute("COMMIT")
             self._migrated.add(key)
+
+    # ---- finished runs ------------------------------------------------------------------------------------
+    def write_journal(self, j: Any, body: str, journal_path: str, blast_stage: int | None = None) -> None:
+        """Index a finished run's journal now."""
+        with self.connect() as con:
+            write_journal_rows(con, self.path, j, body, journal_path, blast_stage)
+
+    # ---- finished runs, queued -----------------------------------------------------------------------------
+    def queue_journal(
+        self, journal_path: str | os.PathLike[str], run_id: str, blast_stage: int | None
+    ) -> None:
+        """Index a finished run's journal file soon, without waiting for the database (see the module doc)."""
+        self.pending_dir.mkdir(exist_ok=True)
+        marker = self.pending_dir / f"{run_id}.json"
+        tmp = self.pending_dir / f"{run_id}.tmp"
+        # absolute: the process that writes the rows may run from another directory
+        spec = {"journal": os.path.abspath(journal_path), "blast_stage": blast_stage}
+        tmp.write_text(json.dumps(spec), encoding="utf-8")
+        tmp.replace(marker)
+        _QUEUED_IN.add(self.path)
+
+    def has_pending(self) -> bool:
+        try:
+            with os.scandir(self.pending_dir) as it:
+                return any(e.name.endswith(".json") for e in it)
+        except FileNotFoundError:
+            return False
+
+    def flush(self) -> None:
+        """Write every queued journal now (a no-op when nothing is queued)."""
+        if self.has_pending() or not self._ready():
+            with self.connect():
+                pass
+
+    def _write_queued(self, con: duckdb.DuckDBPyConnection) -> None:
+        from faultplane.core.model import Journal
+
+        for marker in sorted(self.pending_dir.glob("*.json")):
+            try:
+                spec = json.loads(marker.read_text(encoding="utf-8"))
+                body = Path(spec["journal"]).read_text(encoding="utf-8")
+            except FileNotFoundError:  # another process wrote it, or the journal file was deleted
+                marker.unlink(missing_ok=True)
+                continue
+            try:
+                journal = Journal.model_validate_json(body)
+                write_journal_rows(con, self.path, journal, body, spec["journal"], spec.get("blast_stage"))
+            except Exception as exc:
+                # A journal that cannot be indexed must not make every later store operation fail: set it
+                # aside where a person sees it (the journal file itself is untouched) and carry on.
+                marker.replace(marker.with_suffix(".rejected"))
+                _log.warning(
+                    "store %s: could not index %s (%s); marker kept as %s",
+                    self.path,
+                    spec.get("journal"),
+                    exc,
+                    marker.with_suffix(".rejected").name,
+                )
+                continue
+            marker.unlink(missing_ok=True)
+
+
+# the stores this process queued journals for: their queues are written before the process exits
+_QUEUED_IN: set[Path] = set()
+
+
+@atexit.register
+def _index_before_exit() -> None:
+    for path in list(_QUEUED_IN):
+        with contextlib.suppress(Exception):  # left queued: the next operation on the store writes it
+            Store(path).flush()
+
+
+def write_journal_rows(
+    con: duckdb.DuckDBPyConnection,
+    store_path: Path,
+    j: Any,
+    body: str,
+    journal_path: str,
+    blast_stage: int | None = None,
+) -> None:
+    """The `runs`, `activities` and `journals` rows of one journal (replacing any earlier ones), in one
+    transaction, then the family's history index (under the same database lock)."""
+    from faultplane.core.history import record_run
+    from faultplane.core.model import ActivityRun
+
+    rows = []
+    for section, runs in (("method", j.run), ("rollbacks", j.rollbacks)):
+        for r in runs:
+            rows.append((section, r))
+    for key in ("before", "after"):
+        state = j.steady_states.get(key) or {}
+        for p in state.get("probes", []):
+            rows.append((f"hypothesis_{key}", ActivityRun.model_validate(p)))
+    con.execute("BEGIN")
+    try:
+        _write_rows(con, j, rows, body, journal_path, blast_stage)
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+    record_run(store_path, j, blast_stage)
+
+
+def _write_rows(
+    con: duckdb.DuckDBPyConnection,
+    j: Any,
+    rows: list[Any],
+    body: str,
+    journal_path: str,
+    blast_stage: int | None,
+) -> None:
+    from datetime import UTC, datetime
+
+    before = (j.steady_states.get("before") or {}).get("steady_state_met")
+    after = (j.steady_states.get("after") or {}).get("steady_state_met")
+    con.execute("DELETE FROM runs WHERE run_id = ?", [j.run_id])
+    con.execute(
+        "INSERT INTO runs (run_id, experiment_title, experiment_family, content_hash, status, dry_run, "
+        "steady_state_before, steady_state_after, started_at, ended_at, duration_s, error, seed, "
+        "controller_pid, journal_path, tags, blast_stage, verdict) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            j.run_id,
+            j.experiment.get("title"),
+            j.family,
+            j.content_hash,
+            j.status,
+            j.dry_run,
+            before,
+            after,
+            j.start,
+            j.end,
+            j.duration,
+            j.error,
+            j.seed,
+            j.controller_pid,
+            journal_path,
+            list(j.experiment.get("tags") or []),
+            blast_stage,
+            j.verdict,
+        ],
+    )
+    con.execute("DELETE FROM activities WHERE run_id = ?", [j.run_id])
+    if rows:
+        # one columnar insert of parallel lists: row-by-row executemany costs DuckDB ~0.5 ms a row, and
+        # an Arrow table would cost a pyarrow import (~0.5 s) on every run
+        columns = [
+            [j.run_id] * len(rows),
+            list(range(len(rows))),
+            [section for section, _ in rows],
+            [r.activity.get("name") for _, r in rows],
+            [r.activity.get("type") for _, r in rows],
+            [r.status for _, r in rows],
+            [r.start for _, r in rows],
+            [r.end for _, r in rows],
+            [r.duration for _, r in rows],
+            [json.dumps(r.output, ensure_ascii=False, default=str) for _, r in rows],
+            [r.exception for _, r in rows],
+        ]
+        con.execute(_INSERT_ACTIVITIES, columns)
+    con.execute("INSERT OR REPLACE INTO journals VALUES (?, ?, ?)", [j.run_id, datetime.now(UTC), body])
+
+
+# the column types of `activities`, in order; unnest() of parallel lists zips them into rows
+_ACTIVITY_TYPES = (
+    "VARCHAR INTEGER VARCHAR VARCHAR VARCHAR VARCHAR TIMESTAMPTZ TIMESTAMPTZ DOUBLE VARCHAR VARCHAR"
+)
+_INSERT_ACTIVITIES = "INSERT INTO activities SELECT * FROM (SELECT {})".format(
+    ", ".join(f"unnest(?::{t}[])" for t in _ACTIVITY_TYPES.split())
+)
 
 
 def open_store(path_or_url: str | os.PathLike[str] | None = None) -> Any:

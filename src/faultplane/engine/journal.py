@@ -18,6 +18,7 @@ from typing import Any
 from faultplane.core.config import mask_secrets
 from faultplane.core.model import ActivityRun, Journal
 from faultplane.core.store import Store
+from faultplane.core.telemetry import emit_journal_spans
 from faultplane.engine.providers import jsonable
 
 __all__ = ["JournalWriter", "journal_dir", "now", "rebuild_journal", "recover_interrupted"]
@@ -118,19 +119,23 @@ class JournalWriter:
         self.events_path = self.directory / f"{journal.run_id}.events.jsonl"
         self.path = self.directory / f"{journal.run_id}.json"
         self.on_event = on_event
-        self._fh = self.events_path.open("a", encoding="utf-8")
+        # unbuffered: each event reaches the file with one write(2), so a SIGKILL loses at most the event
+        # being written (and a torn last line is skipped when the journal is rebuilt)
+        self._fd = os.open(self.events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def _write(self, event: dict[str, Any]) -> None:
         """`event` must already be JSON data (see `jsonable`)."""
-        line = json.dumps(mask_secrets(event, self.secret_values), ensure_ascii=False)
-        self._fh.write(line + "\n")
-        self._fh.flush()
+        self._append(json.dumps(mask_secrets(event, self.secret_values), ensure_ascii=False))
+
+    def _append(self, line: str) -> None:
+        os.write(self._fd, (line + "\n").encode("utf-8"))
 
     def start(self) -> None:
         j = self.journal
         j.controller_pid = os.getpid()
         j.node = socket.gethostname()
-        self._write({"event": "start", "journal": jsonable(j.model_dump(mode="json"))})
+        # the experiment was masked when the journal was made; whatever JSON cannot hold becomes a string
+        self._append('{"event":"start","journal":' + j.model_dump_json(fallback=str) + "}")
 
     def emit(self, event: dict[str, Any]) -> None:
         """Record an event in the journal and tell the listener (progress display, MCP progress)."""
@@ -151,108 +156,43 @@ class JournalWriter:
     def activity(self, section: str, run: ActivityRun) -> None:
         # hot path (one call per activity): the run object is already validated and its output JSON-safe,
         # so it is appended as is rather than round-tripped through a dict and validated again
-        event = {"event": "activity", "section": section, "run": run.model_dump(mode="json")}
-        self._write(event)
-        if self.secret_values:
+        if self.secret_values or section not in ("method", "rollbacks"):
+            event = {"event": "activity", "section": section, "run": run.model_dump(mode="json")}
+            self._write(event)
             _apply(self.journal, mask_secrets(event, self.secret_values))
-        elif section == "method":
-            self.journal.run.append(run)
-        elif section == "rollbacks":
-            self.journal.rollbacks.append(run)
         else:
-            _apply(self.journal, event)
+            self._append(f'{{"event":"activity","section":"{section}","run":{run.model_dump_json()}}}')
+            (self.journal.run if section == "method" else self.journal.rollbacks).append(run)
+            if self.on_event is None:
+                return
+            event = {"event": "activity", "section": section, "run": run.model_dump(mode="json")}
         self.notify(event)
 
     def finish(self, blast_stage: int | None = None) -> Journal:
         """Write the final journal file and store rows. Safe to call once, at the very end."""
         j = self.journal
-        self._fh.close()
+        os.close(self._fd)
         # pydantic's serializer writes the indented JSON directly: json.dumps with `indent` falls back to the
         # pure-Python encoder, which cost more than running 200 probes
         body = j.model_dump_json(indent=2)
         tmp = self.path.with_suffix(".json.tmp")
         tmp.write_text(body, encoding="utf-8")
         tmp.replace(self.path)
-        if self.store is not None:
+        if isinstance(self.store, Store):
+            # the journal file is the record; its rows are written off the run's path (see core.store)
+            self.store.queue_journal(self.path, j.run_id, blast_stage)
+        elif self.store is not None:
             persist(self.store, j, body, str(self.path), blast_stage)
-        from faultplane.core.telemetry import emit_journal_spans
-
         emit_journal_spans(j)  # no-op unless OTLP is configured; never raises
         return j
 
 
-# the column types of `activities`, in order; unnest() of parallel lists zips them into rows
-_ACTIVITY_TYPES = (
-    "VARCHAR INTEGER VARCHAR VARCHAR VARCHAR VARCHAR TIMESTAMPTZ TIMESTAMPTZ DOUBLE VARCHAR VARCHAR"
-)
-_INSERT_ACTIVITIES = "INSERT INTO activities SELECT * FROM (SELECT {})".format(
-    ", ".join(f"unnest(?::{t}[])" for t in _ACTIVITY_TYPES.split())
-)
-
-
 def persist(store: Store, j: Journal, body: str, journal_path: str, blast_stage: int | None = None) -> None:
+    """Index a journal in the store now (ClickHouse, and a run recovered at start)."""
     if getattr(store, "dialect", "duckdb") == "clickhouse":
         store.persist_journal(j, body, journal_path, blast_stage)  # type: ignore[attr-defined]
-        _forget_cached_history()
-        return
-    before = (j.steady_states.get("before") or {}).get("steady_state_met")
-    after = (j.steady_states.get("after") or {}).get("steady_state_met")
-    rows = []
-    for section, runs in (("method", j.run), ("rollbacks", j.rollbacks)):
-        for r in runs:
-            rows.append((section, r))
-    for key in ("before", "after"):
-        state = j.steady_states.get(key) or {}
-        for p in state.get("probes", []):
-            rows.append((f"hypothesis_{key}", ActivityRun.model_validate(p)))
-    with store.connect() as con:
-        con.execute("BEGIN")
-        con.execute("DELETE FROM runs WHERE run_id = ?", [j.run_id])
-        con.execute(
-            "INSERT INTO runs (run_id, experiment_title, experiment_family, content_hash, status, dry_run, "
-            "steady_state_before, steady_state_after, started_at, ended_at, duration_s, error, seed, "
-            "controller_pid, journal_path, tags, blast_stage, verdict) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                j.run_id,
-                j.experiment.get("title"),
-                j.family,
-                j.content_hash,
-                j.status,
-                j.dry_run,
-                before,
-                after,
-                j.start,
-                j.end,
-                j.duration,
-                j.error,
-                j.seed,
-                j.controller_pid,
-                journal_path,
-                list(j.experiment.get("tags") or []),
-                blast_stage,
-                j.verdict,
-            ],
-        )
-        con.execute("DELETE FROM activities WHERE run_id = ?", [j.run_id])
-        if rows:
-            # one columnar insert of parallel lists: row-by-row executemany costs DuckDB ~0.5 ms a row, and
-            # an Arrow table would cost a pyarrow import (~0.5 s) on every run
-            columns = [
-                [j.run_id] * len(rows),
-                list(range(len(rows))),
-                [section for section, _ in rows],
-                [r.activity.get("name") for _, r in rows],
-                [r.activity.get("type") for _, r in rows],
-                [r.status for _, r in rows],
-                [r.start for _, r in rows],
-                [r.end for _, r in rows],
-                [r.duration for _, r in rows],
-                [json.dumps(r.output, ensure_ascii=False, default=str) for _, r in rows],
-                [r.exception for _, r in rows],
-            ]
-            con.execute(_INSERT_ACTIVITIES, columns)
-        con.execute("INSERT OR REPLACE INTO journals VALUES (?, ?, ?)", [j.run_id, now(), body])
-        con.execute("COMMIT")
+    else:
+        store.write_journal(j, body, journal_path, blast_stage)
     _forget_cached_history()
 
 
@@ -277,16 +217,27 @@ def _pid_alive(pid: int | None) -> bool:
         return False
 
 
+def _unfinished(directory: Path) -> list[Path]:
+    """Events logs with no final journal beside them. One directory listing: this runs at every start, and a
+    journal directory holds every run ever made."""
+    try:
+        with os.scandir(directory) as it:
+            names = {e.name for e in it}
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [
+        directory / name
+        for name in sorted(names)
+        if name.endswith(".events.jsonl") and name.removesuffix(".events.jsonl") + ".json" not in names
+    ]
+
+
 def recover_interrupted(store: Store | None, directory: Path | None = None) -> list[Journal]:
     """Find runs left `running` by a dead controller; mark them interrupted and persist their journals."""
     directory = directory or journal_dir()
     recovered: list[Journal] = []
-    if not directory.is_dir():
-        return recovered
-    for events in sorted(directory.glob("*.events.jsonl")):
+    for events in _unfinished(directory):
         final = events.with_name(events.name.removesuffix(".events.jsonl") + ".json")
-        if final.exists():
-            continue
         journal = rebuild_journal(events)
         if journal is None or journal.status != "running" or _pid_alive(journal.controller_pid):
             continue
@@ -311,12 +262,8 @@ def live_runs(directory: Path | None = None) -> list[Journal]:
     The events log, not the store, is the record of a live run: it costs no database round-trip at start and
     it is there even when the store is busy."""
     directory = directory or journal_dir()
-    if not directory.is_dir():
-        return []
     out = []
-    for events in directory.glob("*.events.jsonl"):
-        if events.with_name(events.name.removesuffix(".events.jsonl") + ".json").exists():
-            continue
+    for events in _unfinished(directory):
         journal = rebuild_journal(events)
         if journal is not None and journal.status == "running" and _pid_alive(journal.controller_pid):
             out.append(journal)

@@ -1,0 +1,128 @@
+"""Each experiment family's run history, kept beside the DuckDB store so a policy check needs no database open.
+
+The policy reads a family's newest runs before every run (the staged blast radius, the three-greens advice).
+From the database that costs an open, ~20 ms, more than a whole run of quick probes; from this index it
+costs one small file read. The index is written only where the `runs` rows are written
+(`store.write_journal_rows`, under the database's write lock, so two processes never interleave); it is
+dropped when its database file is created anew and names the file it describes (device and inode); a family
+with no index yet is read from the database once and indexed then.
+
+The index serves what history only advises on (the three-greens advice, the stage a run at stage 0 may
+reach next). A run that asks for a wider stage is judged on the database itself (`fresh=True`): a guardrail
+never rests on a cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from faultplane.core.store import Store
+
+__all__ = ["HISTORY_LIMIT", "RECORDED_STATUSES", "family_runs", "record_run"]
+
+# the runs that count as history: a finished run of any outcome, never a dry run or a refusal
+RECORDED_STATUSES = ("completed", "failed", "deviated", "aborted", "interrupted")
+HISTORY_LIMIT = 500
+
+
+def _index_path(store_path: Path, family: str) -> Path:
+    digest = hashlib.sha1(family.encode("utf-8")).hexdigest()[:20]
+    return store_path.with_name(store_path.name + ".history") / f"{digest}.json"
+
+
+def _store_id(store_path: Path) -> list[int] | None:
+    try:
+        st = os.stat(store_path)
+    except FileNotFoundError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def _read(store_path: Path, family: str) -> list[dict[str, Any]] | None:
+    try:
+        doc = json.loads(_index_path(store_path, family).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    if doc.get("family") != family or doc.get("store") != _store_id(store_path):
+        return None
+    rows = doc.get("rows")
+    return rows if isinstance(rows, list) else None
+
+
+def _write(store_path: Path, family: str, rows: list[dict[str, Any]]) -> None:
+    path = _index_path(store_path, family)
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    doc = {"family": family, "store": _store_id(store_path), "rows": rows[:HISTORY_LIMIT]}
+    tmp.write_text(json.dumps(doc), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _row(
+    run_id: str, status: str, before: Any, after: Any, stage: Any, started_us: int | None
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "status": status,
+        "steady_state_before": before,
+        "steady_state_after": after,
+        "blast_stage": stage,
+        "started_us": started_us,
+    }
+
+
+def _newest_first(row: dict[str, Any]) -> tuple[bool, int]:
+    t = row.get("started_us")
+    return (t is None, -(t or 0))  # as the database orders them: started_at DESC NULLS LAST
+
+
+def record_run(store_path: Path, j: Any, blast_stage: int | None) -> None:
+    """Add (or replace) one run in its family's index. Called with the store's write lock held."""
+    family = j.family
+    if not family:
+        return
+    rows = _read(store_path, family)
+    if rows is None:
+        return  # not indexed yet: the first reader builds the index from the database, this run included
+    rows = [r for r in rows if r.get("run_id") != j.run_id]
+    if j.status in RECORDED_STATUSES and not j.dry_run:
+        rows.append(
+            _row(
+                j.run_id,
+                j.status,
+                (j.steady_states.get("before") or {}).get("steady_state_met"),
+                (j.steady_states.get("after") or {}).get("steady_state_met"),
+                blast_stage,
+                int(j.start.timestamp() * 1_000_000) if j.start else None,
+            )
+        )
+        rows.sort(key=_newest_first)
+    _write(store_path, family, rows)
+
+
+def family_runs(
+    store: Store, family: str, limit: int = HISTORY_LIMIT, *, fresh: bool = False
+) -> list[dict[str, Any]]:
+    """The family's newest runs (newest first): status, steady_state_before/after, blast_stage. From the
+    index, or with `fresh` from the database (refreshing the index)."""
+    if store.has_pending():
+        store.flush()  # a finished run not written yet (its process was killed after its journal)
+    rows = None if fresh else _read(store.path, family)
+    if rows is None:
+        placeholders = ", ".join("?" for _ in RECORDED_STATUSES)
+        with store.connect() as con:  # the write lock, so no run is recorded between this read and the index
+            found = con.execute(
+                "SELECT run_id, status, steady_state_before, steady_state_after, blast_stage, "
+                "epoch_us(started_at) FROM runs WHERE experiment_family = ? "
+                f"AND status IN ({placeholders}) AND coalesce(dry_run, false) = false "
+                "ORDER BY started_at DESC NULLS LAST LIMIT ?",
+                [family, *RECORDED_STATUSES, HISTORY_LIMIT],
+            ).fetchall()
+            rows = [_row(*r) for r in found]
+            _write(store.path, family, rows)
+    return rows[:limit]
