@@ -34,7 +34,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from faultplane.core import approval as approvals
+from faultplane.core.formats import load_yaml
 from faultplane.core.gates import LOAD_SLIS, GateSpec
+from faultplane.core.history import RECORDED_STATUSES, family_runs
 
 if TYPE_CHECKING:
     from faultplane.core.store import Store
@@ -267,7 +269,7 @@ def load_policy(
     if chosen is None:
         return Policy.strict_default()
     try:
-        data = yaml.safe_load(chosen.read_text()) or {}
+        data = load_yaml(chosen.read_text()) or {}
     except yaml.YAMLError as exc:
         raise PolicyError(f"{chosen}: not valid YAML: {exc}") from None
     if not isinstance(data, Mapping):
@@ -386,6 +388,11 @@ def _approval_hash(document: Mapping[str, Any], secret_values: Sequence[str] = (
             return digest(str(node))  # a lone `${secret}` keeps the secret's type
         return node
 
+    if not ordered:
+        try:  # nothing to digest: the document hashes as it is (unless a key is not a string)
+            return _content_hash({"approval_of": "resolved experiment", "experiment": document})
+        except TypeError:
+            pass
     return _content_hash({"approval_of": "resolved experiment", "experiment": walk(document)})
 
 
@@ -497,7 +504,7 @@ def _is_free_text(path: tuple[str | int, ...]) -> bool:
     last = path[-1]
     if last in _FREE_TEXT_KEYS and not (last == "method" and len(path) == 1):
         return True
-    return any(p == "tolerance" for p in path)
+    return "tolerance" in path
 
 
 def _is_title_name(node: Mapping[str, Any], path: tuple[str | int, ...]) -> bool:
@@ -529,8 +536,35 @@ def _glob_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
 def _compiled_globs(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     if not patterns:
         return lambda _text: False
-    rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
-    return lambda text: rx.match(text) is not None
+    exact = {p for p in patterns if not _GLOB_CHARS.search(p)}
+    # a glob can only match a text that starts with its literal head and ends with its literal tail; most
+    # texts fail that, so the regex (compiling a rule set costs ~10 ms, a whole quick run's budget) is built
+    # only when a text could match
+    bounds = [
+        (_glob_literal(_GLOB_HEAD, p), _glob_literal(_GLOB_TAIL, p)) for p in patterns if p not in exact
+    ]
+    compiled: list[re.Pattern[str]] = []
+
+    def match(text: str) -> bool:
+        if text in exact:
+            return True
+        if not any(text.startswith(head) and text.endswith(tail) for head, tail in bounds):
+            return False
+        if not compiled:
+            compiled.append(re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)))
+        return compiled[0].match(text) is not None
+
+    return match
+
+
+def _glob_literal(rx: re.Pattern[str], pattern: str) -> str:
+    found = rx.search(pattern)
+    return found[0] if found else ""
+
+
+_GLOB_CHARS = re.compile(r"[*?\[\]]")
+_GLOB_HEAD = re.compile(r"[^*?\[]*")
+_GLOB_TAIL = re.compile(r"[^*?\[\]]*\Z")
 
 
 @functools.lru_cache(maxsize=8192)
@@ -562,6 +596,7 @@ class _Scanner:
         self._word_hits: dict[str, str | None] = {}
         self._label_hits: dict[tuple[str, str], str | None] = {}
         self._label_keys: dict[str, bool] = {}
+        self._key_hits: dict[str, str | None] = {}
         # strings already scanned without a finding; a finding depends on the text, its key and the mode,
         # never on where it sits, so a clean string is clean at every place it appears
         self._clean: set[tuple[str, str | None, bool]] = set()
@@ -597,7 +632,7 @@ class _Scanner:
             pass
         found = None
         nk = _norm_key(key)
-        nv = normalize_text(value).strip().strip("\"'`")
+        nv = normalize_text(value).strip().strip("\"'`") if self.is_label_key(key) else ""
         if nk and nv:
             for name, is_key, is_unless, is_value in self._label_rules:
                 if not is_key(nk) or is_unless(nv):
@@ -607,6 +642,21 @@ class _Scanner:
                     break
         self._label_hits[(key, value)] = found
         return found
+
+    def key_word_hit(self, key: str) -> str | None:
+        """The forbidden word a key itself names (`prod_db: ...`); label keys (`env: ...`) are judged by value."""
+        try:
+            return self._key_hits[key]
+        except KeyError:
+            pass
+        found = None
+        if not self.is_label_key(key):
+            for token in _TOKEN_SPLIT.split(normalize_text(key, camel=True)):
+                found = token and self.word_hit(token)
+                if found:
+                    break
+        self._key_hits[key] = found or None
+        return found or None
 
     def is_label_key(self, key: str) -> bool:
         found = self._label_keys.get(key)
@@ -754,19 +804,25 @@ class _Scanner:
     def walk(self, node: Any, path: tuple[str | int, ...] = (), *, resolve_env: bool = False) -> None:
         if _is_free_text(path):
             return
-        if isinstance(node, Mapping):
+        self._walk(node, path, resolve_env)
+
+    def _walk(self, node: Any, path: tuple[str | int, ...], resolve_env: bool) -> None:
+        """`walk` below a place already known not to be free text (the hot loop: one pass per key)."""
+        if type(node) is dict or isinstance(node, Mapping):
+            top = not path
             for k, v in node.items():
                 key = str(k)
-                sub = (*path, key)
-                if _is_free_text(sub) or (key == "name" and _is_title_name(node, path)):
+                # _is_free_text((*path, key)), knowing `path` itself is not free text
+                if (key in _FREE_TEXT_KEYS and not (top and key == "method")) or (
+                    top and key in _FREE_TEXT_TOP
+                ):
                     continue
-                if not self.is_label_key(key):
-                    kn = normalize_text(key, camel=True)
-                    for token in _TOKEN_SPLIT.split(kn):
-                        hit = token and self.word_hit(token)
-                        if hit:
-                            self._add("forbidden.words", sub, f"key {key!r} names production ({hit!r})")
-                            break
+                if key == "name" and _is_title_name(node, path):
+                    continue
+                sub = (*path, key)
+                hit = self.key_word_hit(key)
+                if hit:
+                    self._add("forbidden.words", sub, f"key {key!r} names production ({hit!r})")
                 val = _env_ref_value(v) if resolve_env and isinstance(v, Mapping) else None
                 if val is not None:
                     self.check_string((*sub, f"${v.get('key')}"), val, key=key)
@@ -778,16 +834,18 @@ class _Scanner:
                 elif isinstance(v, str):
                     self.check_string(sub, v, key=key)
                 elif isinstance(v, bool | int | float):
-                    self.check_pair(sub, key, str(v).lower(), str(v))
+                    # a bare number or flag can only be a label's value (`is_prod: true`)
+                    if self.is_label_key(key):
+                        self.check_pair(sub, key, str(v).lower(), str(v))
                 else:
-                    self.walk(v, sub, resolve_env=resolve_env)
-        elif isinstance(node, list | tuple):
+                    self._walk(v, sub, resolve_env)
+        elif type(node) is list or isinstance(node, list | tuple):
             self.check_argv(path, node)
             for i, item in enumerate(node):
                 if isinstance(item, str):
                     self.check_string((*path, i), item)
                 else:
-                    self.walk(item, (*path, i), resolve_env=resolve_env)
+                    self._walk(item, (*path, i), resolve_env)
         elif isinstance(node, str):
             self.check_string(path, node)
 
@@ -938,8 +996,6 @@ def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
 
 # ---- blast radius and history ----------------------------------------------------------------------------
 
-_RED_STATUSES = ("completed", "failed", "deviated", "aborted", "interrupted")
-
 
 def _is_green(row: Mapping[str, Any]) -> bool:
     return (
@@ -949,8 +1005,9 @@ def _is_green(row: Mapping[str, Any]) -> bool:
     )
 
 
-# One decision reads a family's history up to three times (stage, streak, advice after the run). Each read
-# costs a database open, so it is cached briefly; persisting a journal clears the cache (`forget_runs`).
+# A DuckDB store answers from its history index (core.history: a file read, no database open). Other stores
+# (ClickHouse) are queried, and one decision reads the history up to three times, so that answer is cached
+# briefly; persisting a journal clears the cache (`forget_runs`).
 _RUNS_CACHE: dict[tuple[str, str, int], tuple[float, list[dict[str, Any]]]] = {}
 _RUNS_CACHE_TTL_S = 2.0
 
@@ -960,10 +1017,15 @@ def forget_runs() -> None:
     _RUNS_CACHE.clear()
 
 
-def _family_runs(store: Store | None, family: str, limit: int = 500) -> list[dict[str, Any]]:
+def _family_runs(
+    store: Store | None, family: str, limit: int = 500, *, fresh: bool = False
+) -> list[dict[str, Any]]:
+    """`fresh`: the decision rests on it (a stage past 0), so a DuckDB store answers from the database."""
     if store is None:
         return []
-    key = (str(getattr(store, "path", getattr(store, "url", id(store)))), family, limit)
+    if getattr(store, "dialect", None) == "duckdb":
+        return family_runs(store, family, limit, fresh=fresh)
+    key = (str(getattr(store, "url", id(store))), family, limit)
     hit = _RUNS_CACHE.get(key)
     if hit is not None and time.monotonic() - hit[0] < _RUNS_CACHE_TTL_S:
         return hit[1]
@@ -972,13 +1034,13 @@ def _family_runs(store: Store | None, family: str, limit: int = 500) -> list[dic
     return rows
 
 
-def _query_family_runs(store: Store, family: str, limit: int) -> list[dict[str, Any]]:
-    placeholders = ", ".join("?" for _ in _RED_STATUSES)
+def _query_family_runs(store: Any, family: str, limit: int) -> list[dict[str, Any]]:
+    placeholders = ", ".join("?" for _ in RECORDED_STATUSES)
     return store.query(
         "SELECT status, steady_state_before, steady_state_after, blast_stage, started_at FROM runs "
         f"WHERE experiment_family = ? AND status IN ({placeholders}) AND coalesce(dry_run, false) = false "
         "ORDER BY started_at DESC NULLS LAST LIMIT ?",
-        [family, *_RED_STATUSES, limit],
+        [family, *RECORDED_STATUSES, limit],
     )
 
 
@@ -1282,9 +1344,8 @@ def evaluate(
 
     # the stage after the LAST green run of the family (newest first), not after the highest ever: a family
     # that went back to a smaller radius climbs again from there
-    last_green = next(
-        (r for r in _family_runs(store, family) if _is_green(r) and r.get("blast_stage") is not None), None
-    )
+    history = _family_runs(store, family, fresh=stage is not None and stage > 0)
+    last_green = next((r for r in history if _is_green(r) and r.get("blast_stage") is not None), None)
     allowed_stage = int(last_green["blast_stage"]) + 1 if last_green is not None else 0
 
     kinds, actions = _fault_types(raw, fault_type_of)
