@@ -85,6 +85,14 @@ class Plan:
     secret_values: list[str]
     content_hash: str
     family: str
+    _dump: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def dump(self) -> dict[str, Any]:
+        """The experiment as JSON data (aliases, no nulls), made once: the policy reads it and the journal
+        takes each activity's entry from it. Treat it as read-only."""
+        if self._dump is None:
+            self._dump = self.experiment.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return self._dump
 
 
 def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> Plan:
@@ -214,7 +222,18 @@ class _Runner:
         self.policy_decision = policy_decision
         self.policy: Any | None = None
         self.load_figures: Any | None = None
+        # each declared activity's journal entry, from the one dump of the experiment
         self._dumped: dict[int, dict[str, Any]] = {}
+        dump = p.dump()
+        hypo = self.exp.steady_state_hypothesis
+        for items, dumped in (
+            (self.exp.method, dump.get("method")),
+            (self.exp.rollbacks, dump.get("rollbacks")),
+            (hypo.probes if hypo else [], (dump.get("steady-state-hypothesis") or {}).get("probes")),
+        ):
+            for item, entry in zip(items, dumped or [], strict=False):
+                if isinstance(item, Activity):
+                    self._dumped[id(item)] = entry
 
     # ---- activities -------------------------------------------------------------------------------------
     async def run_activity(self, item: MethodItem, section: str) -> ActivityRun:
@@ -571,8 +590,11 @@ class _Runner:
             if handle_signals:
                 await outer.start(self._watch_signals, scope)  # armed before the first activity runs
             load = self._start_load(outer)
-            # blocking probes may run on this loop's thread while nothing else needs it (see providers)
-            self.ctx.inline = handle_signals and load is None
+            # blocking probes may run on this loop's thread while nothing else needs it (see providers), and
+            # only where the run's own activity timeouts are the only deadlines (not inside a caller's)
+            self.ctx.inline = (
+                handle_signals and load is None and anyio.current_effective_deadline() == float("inf")
+            )
             try:
                 with scope:
                     await self.inject()
@@ -728,7 +750,7 @@ def _load_policy(policy_path: str | Path | None) -> Any | None:
 
 def policy_document(p: Plan) -> dict[str, Any]:
     """The experiment as it will run (variables substituted), as the policy reads it and approvals bind it."""
-    doc = p.experiment.model_dump(mode="json", by_alias=True, exclude_none=True)
+    doc = dict(p.dump())
     # activities may read configuration without `${}`: the policy must see the final values
     doc["configuration"] = {**(doc.get("configuration") or {}), **p.configuration}
     return doc

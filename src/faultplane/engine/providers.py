@@ -190,8 +190,10 @@ def disarm_inline_signals() -> None:
     signal.signal(signal.SIGALRM, _Inline.saved_alarm or signal.SIG_DFL)
 
 
-async def _inline(fn: Callable[[], Any]) -> Any:
-    deadline = anyio.current_effective_deadline()
+async def _inline(fn: Callable[[], Any], timed: bool) -> Any:
+    """`timed`: the activity has a timeout. The engine runs inline only where its own activity timeouts are
+    the only deadlines (see `_Runner._run_phases`), so the deadline is looked up only then."""
+    deadline = anyio.current_effective_deadline() if timed else float("inf")
     timed = deadline != float("inf")
     loop = asyncio.get_running_loop()
     try:
@@ -228,7 +230,7 @@ def _scoped_secrets(ctx: ActivityContext, scopes: list[str] | None) -> dict[str,
     return out
 
 
-async def _run_python(p: PythonProvider, ctx: ActivityContext) -> Any:
+async def _run_python(p: PythonProvider, ctx: ActivityContext, timed: bool = True) -> Any:
     fn, wants_configuration, wants_secrets, is_async = _python_func(p.module, p.func)
     kwargs = dict(p.arguments)
     # Chaos Toolkit passes configuration/secrets to functions that declare them
@@ -240,7 +242,7 @@ async def _run_python(p: PythonProvider, ctx: ActivityContext) -> Any:
         if is_async:
             return await fn(**kwargs)
         if ctx.inline and _Inline.armed:
-            return await _inline(lambda: fn(**kwargs))
+            return await _inline(lambda: fn(**kwargs), timed)
         return await _in_thread(lambda: fn(**kwargs))
     except TypeError as exc:
         raise ActivityFailed(f"{p.module}.{p.func}: {exc}") from None
@@ -337,7 +339,7 @@ async def execute_provider(activity: Activity, ctx: ActivityContext) -> Any:
     """Run the activity's provider once and return its output (raises ActivityFailed)."""
     p = activity.provider
     if isinstance(p, PythonProvider):
-        return await _run_python(p, ctx)
+        return await _run_python(p, ctx, activity.timeout is not None)
     if isinstance(p, ProcessProvider):
         return await _run_process(p, ctx, activity.type)
     if isinstance(p, HttpProvider):
