@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
+
+import ctk_helpers
 
 TESTS = Path(__file__).resolve().parent
 
@@ -27,3 +31,34 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         env=env(),
         timeout=timeout,
     )
+
+
+def rollback_recorder(marker: Path) -> dict[str, Any]:
+    """A rollback action that appends "rolled back" to the marker file, so a test sees that it ran."""
+    return {
+        "type": "action",
+        "name": "undo",
+        "provider": {
+            "type": "python",
+            "module": "ctk_helpers",
+            "func": "record",
+            "arguments": {"path": str(marker), "line": "rolled back"},
+        },
+    }
+
+
+def start_run(experiment: Path, marker: Path) -> subprocess.Popen[str]:
+    """`faultplane run` in the background, returned once an activity wrote "started" to the marker."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faultplane.cli.main", "run", str(experiment), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    deadline = time.monotonic() + 30
+    while "started" not in ctk_helpers.lines(str(marker)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the long activity never started"
+        time.sleep(0.05)
+    return proc

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import pytest
 import yaml
 
 import ctk_helpers
-from clihelp import cli, env
+from clihelp import cli, rollback_recorder, start_run
 from faultplane.core.store import Store
 
 pytestmark = pytest.mark.usefixtures("lab_policy")
@@ -46,18 +44,7 @@ def _experiment(tmp_path: Path, **method_extra: Any) -> Path:
                 },
             },
         ],
-        "rollbacks": [
-            {
-                "type": "action",
-                "name": "undo",
-                "provider": {
-                    "type": "python",
-                    "module": "ctk_helpers",
-                    "func": "record",
-                    "arguments": {"path": str(marker), "line": "rolled back"},
-                },
-            }
-        ],
+        "rollbacks": [rollback_recorder(marker)],
     }
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -65,21 +52,7 @@ def _experiment(tmp_path: Path, **method_extra: Any) -> Path:
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
-    exp = _experiment(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "faultplane.cli.main", "run", str(exp), "-q"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
-    marker = tmp_path / "marker.txt"
-    deadline = time.monotonic() + 30
-    while "started" not in ctk_helpers.lines(str(marker)):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the long action never started"
-        time.sleep(0.05)
-    return proc, marker
+    return start_run(_experiment(tmp_path), tmp_path / "marker.txt"), tmp_path / "marker.txt"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ import pytest
 import yaml
 
 import ctk_helpers
-from clihelp import cli, env
+from clihelp import cli, rollback_recorder, start_run
 from faultplane.core.store import Store
 
 pytestmark = pytest.mark.usefixtures("lab_policy")
@@ -94,33 +92,10 @@ def test_signal_stops_an_inline_probe_that_swallows_exceptions(tmp_path: Path, s
     doc = {
         "title": "stubborn",
         "method": [_probe("hang", "stubborn_sleep", arguments={"seconds": 30, "marker": str(marker)})],
-        "rollbacks": [
-            {
-                "type": "action",
-                "name": "undo",
-                "provider": {
-                    "type": "python",
-                    "module": "ctk_helpers",
-                    "func": "record",
-                    "arguments": {"path": str(marker), "line": "rolled back"},
-                },
-            }
-        ],
+        "rollbacks": [rollback_recorder(marker)],
         "runtime": {"rollbacks": {"strategy": "always"}},
     }
-    exp = _write(tmp_path, doc)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "faultplane.cli.main", "run", str(exp), "-q"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
-    deadline = time.monotonic() + 30
-    while "started" not in ctk_helpers.lines(str(marker)):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the probe never started"
-        time.sleep(0.05)
+    proc = start_run(_write(tmp_path, doc), marker)
     t0 = time.monotonic()
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
