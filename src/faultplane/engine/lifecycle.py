@@ -86,6 +86,8 @@ class Plan:
     content_hash: str
     family: str
     _dump: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # the document held a `${`: what runs may differ from what was written
+    substituted: bool = True
 
     def dump(self) -> dict[str, Any]:
         """The experiment as JSON data (aliases, no nulls), made once: the policy reads it and the journal
@@ -134,6 +136,7 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
         resolved.secret_values,
         hashlib.sha256(canonical.encode()).hexdigest() if canonical != "${" else content_hash(raw),
         family,
+        substituted="${" in canonical,
     )
 
 
@@ -757,7 +760,12 @@ def policy_document(p: Plan) -> dict[str, Any]:
 
 
 def approval_hash(p: Plan) -> str:
-    """The hash an approval of this plan is bound to: resolved content, secrets digested (never in clear)."""
+    """The hash an approval of this plan is bound to: resolved content, secrets digested (never in clear).
+
+    A plan with nothing to resolve (no `${}`, no configuration, no secrets) runs exactly what was written, so
+    its content hash binds it as tightly, and costs no second serialisation of the experiment."""
+    if not (p.substituted or p.configuration or p.secrets):
+        return hashlib.sha256(f"approval of experiment as written:{p.content_hash}".encode()).hexdigest()
     from faultplane.core.policy import approval_hash as _hash
 
     return _hash(policy_document(p), p.secret_values)
@@ -772,9 +780,11 @@ def evaluate_document(
     content_hash: str | None = None,
     family: str | None = None,
     secret_values: list[str] | None = None,
+    approval_hash: str | None = None,
 ) -> Any:
     """The one policy evaluation every surface uses (engine, `guard check`, the agent hook): the driver
-    catalog tells what each action injects and whether it selects targets, so none guesses differently."""
+    catalog tells what each action injects and whether it selects targets, so none guesses differently.
+    A planned experiment passes its `approval_hash(plan)`; without one the document's own is used."""
     from faultplane.core.policy import evaluate
 
     return evaluate(
@@ -784,6 +794,7 @@ def evaluate_document(
         approval_token=approval_token,
         content_hash=content_hash,
         family=family,
+        approval_hash=approval_hash,
         fault_type_of=_fault_type_of,
         targets_of=_targets_of,
         secret_values=secret_values or (),
@@ -799,6 +810,7 @@ def evaluate_plan(p: Plan, policy: Any, store: Store | None, approval_token: str
         content_hash=p.content_hash,
         family=p.family,
         secret_values=p.secret_values,
+        approval_hash=approval_hash(p),
     )
 
 

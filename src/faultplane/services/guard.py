@@ -90,6 +90,7 @@ def _decide(
         content_hash=prepared.content_hash,
         family=prepared.family,
         secret_values=prepared.secret_values,
+        approval_hash=prepared.approval_hash,
     )
     return decision
 
