@@ -138,6 +138,30 @@ def test_html_timeline_has_the_plot_elements(journals: dict[str, Any]) -> None:
     assert 'class="gate-breach"' not in green and 'class="fault-window"' in green
 
 
+def test_a_run_without_load_plots_its_gate_samples(journals: dict[str, Any]) -> None:
+    """The demo experiment as bundled: no `load:`, one probe-sourced gate sampled through the run."""
+    import anyio
+
+    store = journals["store"]
+
+    async def go(url: str) -> str:
+        result = await run_experiment(EXPERIMENT, variables={"service_url": url}, store=store)
+        return result.run_id
+
+    with demo_service() as url:
+        journal = load_journal(anyio.run(go, url), store)
+    samples = [s for s in journal["gates"]["samples"] if isinstance(s.get("value"), int | float)]
+    assert len(samples) >= 3 and not journal.get("load")
+    svg = render_html(journal).split("<svg", 1)[1].split("</svg>", 1)[0]
+    assert 'class="gate-samples" data-gate="orders-latency"' in svg
+    assert svg.count("<circle ") == len(samples)  # a dot per sample
+    assert 'class="gate-threshold"' in svg and "gate orders-latency: probe &gt; 1500" in svg
+    assert "gate value (probe)" in svg and "seconds since the run started" in svg
+    assert "no load figures" not in svg
+    # a run under load keeps its per-second figures as the plot, not the gate samples
+    assert 'class="gate-samples"' not in render_html(journals["red"])
+
+
 def test_faultplane_report_writes_the_file(journals: dict[str, Any], tmp_path: Path) -> None:
     store: Store = journals["store"]
     run_id = journals["red"]["run_id"]

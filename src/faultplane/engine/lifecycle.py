@@ -535,7 +535,7 @@ class _Runner:
         verdict = _verdict(status, st, self.dry_run)
         advice = self._advice(status)
         if advice:
-            verdict += " " + " ".join(advice)
+            verdict += ". " + " ".join(advice)  # two sentences, not one run-on
         end = now()
         self.writer.emit(
             {
