@@ -3,7 +3,7 @@
 The policy reads a family's newest runs before every run (the staged blast radius, the three-greens advice).
 From the database that costs an open, ~20 ms, more than a whole run of quick probes; from this index it
 costs one small file read. The index is written only where the `runs` rows are written
-(`store.write_journal_rows`, under the database's write lock, so two processes never interleave); it is
+(`core.store`'s row writer, under the database's write lock, so two processes never interleave); it is
 dropped when its database file is created anew and names the file it describes (device and inode); a family
 with no index yet is read from the database once and indexed then.
 
@@ -17,22 +17,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from faultplane.core.store import Store
 
-__all__ = ["HISTORY_LIMIT", "RECORDED_STATUSES", "family_runs", "record_run"]
+__all__ = ["HISTORY_LIMIT", "RECORDED_STATUSES", "drop_index", "family_runs", "record_run"]
 
 # the runs that count as history: a finished run of any outcome, never a dry run or a refusal
 RECORDED_STATUSES = ("completed", "failed", "deviated", "aborted", "interrupted")
 HISTORY_LIMIT = 500
 
 
+def _index_dir(store_path: Path) -> Path:
+    return store_path.with_name(store_path.name + ".history")
+
+
 def _index_path(store_path: Path, family: str) -> Path:
     digest = hashlib.sha1(family.encode("utf-8")).hexdigest()[:20]
-    return store_path.with_name(store_path.name + ".history") / f"{digest}.json"
+    return _index_dir(store_path) / f"{digest}.json"
+
+
+def drop_index(store_path: Path) -> None:
+    """Forget every family's index: the database file behind it was created anew."""
+    shutil.rmtree(_index_dir(store_path), ignore_errors=True)
 
 
 def _store_id(store_path: Path) -> list[int] | None:

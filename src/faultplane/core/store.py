@@ -4,7 +4,7 @@ DuckDB lets only one process hold a database file for writing, and Faultplane ru
 once (a CLI run, an MCP server, a plane proxy, a test polling the store). So the store never keeps a connection
 open beyond the work that needs it: each operation opens the file and closes it before returning, and another
 process that finds the file locked retries for up to `_LOCK_WAIT_S`. Opening a DuckDB database costs ~15 ms,
-so a caller with several operations in a row (a run's schema check and policy history read, a run's persist)
+so a caller with several operations in a row (a policy check reading a family's history from the database)
 wraps them in `with store.batch():`, which keeps one connection for the block and closes it at the end. The
 scope is explicit on purpose: a connection kept "for a while" after an operation starves other processes
 that poll the store. Every operation commits before it returns.
@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -35,14 +34,7 @@ import duckdb
 
 from faultplane.core.migrations import CORE_MIGRATIONS as _CORE_MIGRATIONS
 
-__all__ = [
-    "Store",
-    "StoreBusyError",
-    "default_store_path",
-    "open_store",
-    "release_store_files",
-    "write_journal_rows",
-]
+__all__ = ["Store", "StoreBusyError", "default_store_path", "open_store"]
 
 _LOCK_WAIT_S = 30.0
 _log = logging.getLogger("faultplane.store")
@@ -80,11 +72,6 @@ def _shared(path: str) -> _Shared:
 def _close_all() -> None:
     for shared in list(_SHARED.values()):
         shared.close()
-
-
-def release_store_files() -> None:
-    """Close every connection this process holds, so other processes can open the files at once."""
-    _close_all()
 
 
 # The versioned schema (shared with the ClickHouse backend) lives in core.migrations.
@@ -191,9 +178,11 @@ class Store:
     def _created(self) -> None:
         """A new database file (the first, or one made after the old was deleted): what this process and the
         history index knew of the old one does not hold."""
+        from faultplane.core.history import drop_index
+
         with self._migrate_lock:
             self._migrated.difference_update({k for k in self._migrated if k[0] == str(self.path)})
-        shutil.rmtree(self.path.with_name(self.path.name + ".history"), ignore_errors=True)
+        drop_index(self.path)
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         with self.connect() as con:
@@ -270,7 +259,7 @@ class Store:
     def write_journal(self, j: Any, body: str, journal_path: str, blast_stage: int | None = None) -> None:
         """Index a finished run's journal now."""
         with self.connect() as con:
-            write_journal_rows(con, self.path, j, body, journal_path, blast_stage)
+            _write_journal_rows(con, self.path, j, body, journal_path, blast_stage)
 
     # ---- finished runs, queued -----------------------------------------------------------------------------
     def queue_journal(
@@ -295,7 +284,7 @@ class Store:
 
     def flush(self) -> None:
         """Write every queued journal now (a no-op when nothing is queued)."""
-        if self.has_pending() or not self._ready():
+        if self.has_pending():
             with self.connect():
                 pass
 
@@ -311,7 +300,7 @@ class Store:
                 continue
             try:
                 journal = Journal.model_validate_json(body)
-                write_journal_rows(con, self.path, journal, body, spec["journal"], spec.get("blast_stage"))
+                _write_journal_rows(con, self.path, journal, body, spec["journal"], spec.get("blast_stage"))
             except Exception as exc:
                 # A journal that cannot be indexed must not make every later store operation fail: set it
                 # aside where a person sees it (the journal file itself is untouched) and carry on.
@@ -338,7 +327,7 @@ def _index_before_exit() -> None:
             Store(path).flush()
 
 
-def write_journal_rows(
+def _write_journal_rows(
     con: duckdb.DuckDBPyConnection,
     store_path: Path,
     j: Any,

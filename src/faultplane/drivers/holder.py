@@ -172,7 +172,7 @@ async def hold_connections(
     own `revert` recipe (`revert_args`) must end the holder of `tag`."""
     import anyio
 
-    from faultplane.drivers.leases import leased_revert, revert_now
+    from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now
 
     entry = leased_revert(ctx, label=label, driver=kind, revert=revert, args=revert_args)
     try:
@@ -186,11 +186,7 @@ async def hold_connections(
         "opened": report["opened"],
         "stopped_by": report["stopped_by"],
     }
-    if p.duration_seconds:
-        try:
-            await anyio.sleep(p.duration_seconds)
-        finally:
-            await revert_now(ctx, entry)
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["released_after_s"] = p.duration_seconds
     return result
 

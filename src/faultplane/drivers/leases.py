@@ -371,6 +371,20 @@ async def revert_now(ctx: ActivityContext, entry: RevertEntry) -> None:
             await result
 
 
+async def hold_then_revert(ctx: ActivityContext, entry: RevertEntry, duration_s: float | None) -> bool:
+    """Keep a fault for `duration_s`, then undo it, also when the wait is cancelled. False (and nothing done)
+    for a fault without a duration: it stays until the run's rollbacks."""
+    if not duration_s:
+        return False
+    import anyio
+
+    try:
+        await anyio.sleep(duration_s)
+    finally:
+        await revert_now(ctx, entry)
+    return True
+
+
 @dataclass
 class ReapResult:
     lease_id: str

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
-from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
 
 __all__: list[str] = []
 
@@ -268,11 +268,7 @@ async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
         await revert_now(ctx, entry)
         raise
     result: dict[str, Any] = {"table": p.table, "mode": p.mode, "application_name": tag}
-    if p.duration_seconds:
-        try:
-            await anyio.sleep(p.duration_seconds)
-        finally:
-            await revert_now(ctx, entry)
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["released_after_s"] = p.duration_seconds
     return result
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
-from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
 
 __all__ = ["ProcessSelector", "find_processes"]
 
@@ -213,11 +213,7 @@ async def suspend(ctx: ActivityContext, p: SuspendParams) -> dict[str, Any]:
         except psutil.NoSuchProcess:
             continue
     result = {"suspended": [t.pid for t in targets]}
-    if p.duration_seconds:
-        try:
-            await anyio.sleep(p.duration_seconds)
-        finally:
-            await revert_now(ctx, entry)
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["resumed_after_s"] = p.duration_seconds  # type: ignore[assignment]
     return result
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
-from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_recipe
 
 __all__ = ["SshTarget"]
 
@@ -188,11 +188,7 @@ async def suspend_process(ctx: ActivityContext, p: SuspendParams) -> dict[str, A
     )
     await _run(p, f"kill -s STOP {' '.join(map(str, pids))}", check=False)
     result: dict[str, Any] = {"host": p.host, "suspended": pids}
-    if p.duration_seconds:
-        try:
-            await anyio.sleep(p.duration_seconds)
-        finally:
-            await revert_now(ctx, entry)
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["resumed_after_s"] = p.duration_seconds
     return result
 

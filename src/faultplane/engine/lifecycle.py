@@ -109,13 +109,15 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
             return issues_from_pydantic(exc)
         return []
 
+    # most experiments hold no `${}`; the one serialisation gives the content hash and says so
+    canonical: str | None
     try:
         canonical = _canonical(raw)
     except TypeError:  # keys JSON cannot sort (a YAML mapping with mixed key types): validation names them
-        canonical = "${"
+        canonical = None
+    substituted = canonical is None or "${" in canonical
     try:
-        # most experiments hold no `${}`; the one serialisation gives the content hash and says so
-        resolved = resolve(raw, variables, substitute="${" in canonical)
+        resolved = resolve(raw, variables, substitute=substituted)
     except ExperimentError as exc:
         raise ExperimentError(structure_issues() + exc.issues) from None
     try:
@@ -134,9 +136,9 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
         resolved.configuration,
         resolved.secrets,
         resolved.secret_values,
-        hashlib.sha256(canonical.encode()).hexdigest() if canonical != "${" else content_hash(raw),
+        hashlib.sha256(canonical.encode()).hexdigest() if canonical is not None else content_hash(raw),
         family,
-        substituted="${" in canonical,
+        substituted=substituted,
     )
 
 
