@@ -25,6 +25,7 @@ _SUBAPPS = {
     "analyze": "faultplane.cli.analyze",
     "gameday": "faultplane.cli.gameday",
     "compliance": "faultplane.cli.compliance",
+    "approvals": "faultplane.cli.approvals",
 }
 # modules that add top-level commands to `app` through a `register(app)` function.
 _COMMAND_MODULES = (

@@ -114,14 +114,17 @@ def approve_experiment(
     source: str | Path | Mapping[str, Any],
     *,
     variables: Mapping[str, Any] | None = None,
-    approver: str | None = None,
     reason: str = "",
     ttl_hours: float | None = None,
     policy_path: str | Path | None = None,
     store: Store | None = None,
+    key_path: str | Path | None = None,
+    passphrase: str | None = None,
 ) -> approvals.Approval:
-    """Issue an approval bound to this exact experiment with these variables (the resolved content: another
-    `--var` value is another experiment); recorded in the audit table when a store is given."""
+    """Sign an approval bound to this exact experiment with these variables (the resolved content: another
+    `--var` value is another experiment) with the approver's key; recorded in the audit table when a store is
+    given. The key is unlocked with `passphrase`, else $FAULTPLANE_APPROVER_PASSPHRASE, else a terminal prompt;
+    with none of them it refuses (ApprovalError), so a process without the person's secret cannot approve."""
     from faultplane.core.formats import ExperimentError, ValidationIssue, load_document
     from faultplane.engine.lifecycle import plan
 
@@ -140,11 +143,20 @@ def approve_experiment(
                     ),
                 ]
             ) from None
-    ttl = ttl_hours if ttl_hours is not None else load_policy(policy_path).approval.ttl_hours
-    granted = approvals.issue_approval(
+    pol = load_policy(policy_path)
+    ttl = ttl_hours if ttl_hours is not None else pol.approval.ttl_hours
+    if not pol.approval.trusted_keys:
+        raise approvals.ApprovalError(
+            f"the policy in force ({pol.source}) trusts no approver key: a person runs `faultplane approvals "
+            "keygen` and adds the printed line to approval.trusted_keys first"
+        )
+    path = Path(key_path).expanduser() if key_path else approvals.default_key_path()
+    secret = passphrase if passphrase is not None else approvals.read_passphrase()
+    granted = approvals.sign_approval(
         prepared.approval_hash,
+        key=approvals.load_signing_key(path, secret),
+        trusted_keys=pol.approval.trusted_keys,
         family=prepared.family,
-        approver=approver,
         reason=reason,
         ttl_s=ttl * 3600.0,
     )
@@ -233,7 +245,12 @@ _READ_ONLY = {
     "--version",
     "demo",
 }
-_POLICY_ENV = ("FAULTPLANE_POLICY", "FAULTPLANE_APPROVAL_KEY")
+_POLICY_ENV = (
+    "FAULTPLANE_POLICY",
+    "FAULTPLANE_APPROVAL_KEY",
+    "FAULTPLANE_APPROVER_KEY",
+    "FAULTPLANE_APPROVER_PASSPHRASE",
+)
 _WRITE_OPS = re.compile(
     r"(>>?|\btee\b|\brm\b|\bmv\b|\bcp\b|\bsed\s+-i|\btruncate\b|\bln\b|\bchmod\b|\bchown\b|\bdd\b|\binstall\b|"
     r"\bgit\s+(?:checkout|restore|rm|mv|reset|stash)\b|\bperl\s+-[a-z]*i|\bpython[0-9.]*\s+-c\b|\bunlink\b)"
@@ -245,7 +262,13 @@ class _Block(Exception):
 
 
 def _protected_paths() -> list[str]:
-    return [str(approvals.key_path()), str(approvals.approvals_dir())]
+    key = approvals.default_key_path()
+    return [
+        str(approvals.key_path()),
+        str(key),
+        str(key.with_name(key.name + ".pub")),
+        str(approvals.approvals_dir()),
+    ]
 
 
 def _is_protected_file(path: str, cwd: Path) -> str | None:
@@ -397,7 +420,7 @@ class _Judge:
         for env in _POLICY_ENV:
             if re.search(rf"\b{env}\s*=", command):
                 raise _Block(f"setting {env} switches the guardrail policy; only a person chooses the policy")
-        for protected in ("approval.key", *_protected_paths()):
+        for protected in ("approval.key", "approver.key", *_protected_paths()):
             if protected.casefold() in folded or "faultplane/approvals" in folded:
                 raise _Block("the command touches Faultplane's approval secrets; agents may not")
         if any(name in command for name in POLICY_FILENAMES) and _WRITE_OPS.search(command):
