@@ -198,6 +198,12 @@ def parse_trusted_keys(entries: Sequence[str]) -> list[TrustedKey]:
                 f"{where}: expected `ssh-ed25519 <base64 key> <approver name>` (the line "
                 "`faultplane approvals keygen` prints), got {entry[:60]!r}"
             )
+        name = parts[2].strip()
+        if not name.isprintable() or any(c.isspace() for c in name) or len(name) > 200:
+            raise ApprovalError(
+                f"{where}: the approver name {name[:40]!r} must be one printable word (no spaces or control "
+                "characters), as expected by `ssh-ed25519 <base64 key> <approver name>`"
+            )
         try:
             key = load_ssh_public_key(f"{parts[0]} {parts[1]}".encode())
         except (ValueError, TypeError, UnicodeError) as exc:
@@ -208,7 +214,7 @@ def parse_trusted_keys(entries: Sequence[str]) -> list[TrustedKey]:
             raise ApprovalError(f"{where}: unsupported key ({exc}); only ssh-ed25519 keys approve") from None
         if not isinstance(key, Ed25519PublicKey):
             raise ApprovalError(f"{where}: a {parts[0]} key; only ssh-ed25519 keys approve")
-        out.append(TrustedKey(parts[2].strip(), key_id(key), key))
+        out.append(TrustedKey(name, key_id(key), key))
     return out
 
 
