@@ -507,3 +507,31 @@ def test_malformed_tokens_are_one_line_refusals(project: Path, approver: Approve
     for bad_hash in ("", "A" * 64, "g" * 64, "a" * 63):
         with pytest.raises(approvals.ApprovalError, match="sha256"):
             approvals.verify_signed(bad_hash, token, [approver.line])
+
+
+# ---- the hook refuses the attempts it can recognise ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "faultplane guard approve wide.yaml",
+        "faultplane approve wide.yaml --key /tmp/k.key",
+        "faultplane approvals sign --hash " + "a" * 64,
+        "faultplane approvals keygen --principal agent --key /tmp/agent.key",
+        "FAULTPLANE_APPROVER_PASSPHRASE=guess faultplane guard check wide.yaml",
+        "env FAULTPLANE_APPROVER_KEY=/tmp/agent.key faultplane guard check wide.yaml",
+        "cat ~/.config/faultplane/approver.key",
+        "cp /tmp/agent.key ~/.config/faultplane/approver.key",
+    ],
+)
+def test_the_hook_refuses_agent_approval_attempts(project: Path, approver: Approver, command: str) -> None:
+    from faultplane.services.guard import judge_tool_call
+
+    write_experiment(project, wide(), "wide.yaml")
+    payload = {"hook_event_name": "PreToolUse", "cwd": str(project), "tool_name": "Bash"}
+    verdict = judge_tool_call({**payload, "tool_input": {"command": command}})
+    assert not verdict.allow, command
+    # reading the public side and verifying are not approvals
+    ok = judge_tool_call({**payload, "tool_input": {"command": "faultplane approvals trusted"}})
+    assert ok.allow, ok.reason

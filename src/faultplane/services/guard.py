@@ -499,7 +499,12 @@ class _Judge:
         if not positional:
             return
         sub = positional[0]
-        if sub == "approve" or (sub == "guard" and len(positional) > 1 and positional[1] == "approve"):
+        second = positional[1] if len(positional) > 1 else ""
+        if sub == "approve" or (sub, second) in {
+            ("guard", "approve"),
+            ("approvals", "keygen"),
+            ("approvals", "sign"),
+        }:
             raise _Block("approvals are given by a person with `faultplane approve`, not by an agent")
         if "--policy" in options:
             raise _Block("`--policy` switches the guardrail policy; only a person chooses the policy")
