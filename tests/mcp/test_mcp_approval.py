@@ -110,6 +110,14 @@ async def run_tool(c: Client, person: Person | None, name: str, args: dict[str, 
                 await person.send.aclose()
 
 
+async def audited(c: Client) -> Any:
+    """The approval answers in the audit table, as the store holds them."""
+    sql = "SELECT actor, action, subject FROM audit WHERE action IN ('approve', 'deny') ORDER BY ts"
+    r = await c.call_tool("chaos_analyze", {"sql": sql})
+    assert not r.is_error, r.content
+    return r.structured_content["rows"]
+
+
 async def approved_by(c: Client, run_id: str) -> Any:
     """Who the engine recorded as the approver, from the run's journal as the tool returns it."""
     r = await c.call_tool("chaos_get_journal", {"run_id": run_id, "format": "json"})
@@ -142,6 +150,7 @@ async def test_a_person_approves_on_the_page_and_the_model_never_sees_the_link(
             r = await run_tool(c, person, "chaos_run_experiment", {"experiment": needs_approval(marker)})
             assert not r.is_error, r.content
             assert await approved_by(c, r.structured_content["run_id"]) == URL_PRINCIPAL
+            assert await audited(c) == [[URL_PRINCIPAL, "approve", "mcp-approval"]]
     assert r.structured_content["status"] == "completed", r.structured_content
     assert marker.read_text() == "ran"
     [url] = person.urls
@@ -166,9 +175,12 @@ async def test_a_deny_or_a_declined_link_runs_nothing(
     with anyio.fail_after(90):
         async with client(senv, "legacy", person.callback) as c:
             r = await run_tool(c, person, "chaos_run_experiment", {"experiment": needs_approval(marker)})
-    assert r.is_error
-    text = r.content[0].text
-    assert ("denied" in text) if decision == "deny" else ("declined" in text)
+            assert r.is_error
+            text = r.content[0].text
+            assert ("denied" in text) if decision == "deny" else ("declined" in text)
+            assert await audited(c) == (
+                [[URL_PRINCIPAL, "deny", "mcp-approval"]] if decision == "deny" else []
+            )
     assert not marker.exists()
 
 

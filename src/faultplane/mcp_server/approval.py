@@ -28,7 +28,7 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -376,6 +376,17 @@ class ApprovalBroker:
         # says which it was (a page only a person can open, or a client form a model might have answered).
         self._keys = {p: Ed25519PrivateKey.generate() for p in (URL_PRINCIPAL, FORM_PRINCIPAL)}
         self._forms: dict[str, _FormPending] = {}
+        self.store: Callable[[], Any] | None = None  # where answers are audited (the server sets its store)
+
+    def _audit(self, principal: str, action: str, summary: PlanSummary) -> None:
+        if self.store is None:
+            return
+        from datetime import UTC, datetime
+
+        details = {"approval_hash": summary.approval_hash, "kind": summary.kind, "title": summary.title}
+        row = {"ts": datetime.now(UTC), "actor": principal, "action": action, "subject": summary.family}
+        with contextlib.suppress(Exception):  # the audit must never turn a person's answer into a crash
+            self.store().insert("audit", [{**row, "details": json.dumps(details, sort_keys=True)}])
 
     def _trusted(self, principal: str) -> approvals.TrustedKey:
         public = self._keys[principal].public_key()
@@ -391,6 +402,7 @@ class ApprovalBroker:
             yield
 
     def _token(self, summary: PlanSummary, principal: str) -> str:
+        self._audit(principal, "approve", summary)
         trusted = self._trusted(principal)
         granted = approvals.sign_approval(
             summary.approval_hash,
@@ -461,6 +473,7 @@ class ApprovalBroker:
 
     def _form_outcome(self, approved: bool, action: str, summary: PlanSummary) -> str:
         if not approved:
+            self._audit(FORM_PRINCIPAL, "deny", summary)
             raise ToolError(f"the {summary.kind} was not approved in the client ({action}); nothing ran")
         return self._token(summary, FORM_PRINCIPAL)
 
@@ -484,6 +497,7 @@ class ApprovalBroker:
         if decision == "approve":
             return self._token(summary, URL_PRINCIPAL)
         if decision == "deny":
+            self._audit(URL_PRINCIPAL, "deny", summary)
             raise ToolError(f"the person denied this {summary.kind} on the approval page; nothing ran")
         raise ToolError(
             f"no decision on the approval page within {self.wait_s:g} s; nothing ran (call again for a new link)"

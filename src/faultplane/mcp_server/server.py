@@ -60,6 +60,7 @@ class ServerConfig:
         if self.seed is None:
             self.seed = secrets.randbits(63)
         self.rng = random.Random(self.seed)
+        self.approvals.store = self.store  # a person's answers to approval questions are audited
 
     def store(self) -> Any:
         from faultplane.core.store import open_store
