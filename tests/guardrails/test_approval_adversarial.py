@@ -535,3 +535,12 @@ def test_the_hook_refuses_agent_approval_attempts(project: Path, approver: Appro
     # reading the public side and verifying are not approvals
     ok = judge_tool_call({**payload, "tool_input": {"command": "faultplane approvals trusted"}})
     assert ok.allow, ok.reason
+
+
+def test_truncated_extended_or_swapped_signatures(approver: Approver, tmp_path: Path) -> None:
+    token = approver.sign("a" * 64).token
+    head, payload, sig = token.split(".")
+    other = approver.sign("b" * 64).token.split(".")[2]  # a valid signature, of another payload
+    for bad in ("", "AA", sig + "AA", sig[:10], other, sig[::-1]):
+        with pytest.raises(approvals.ApprovalError, match="signature"):
+            approvals.verify_token(f"{head}.{payload}.{bad}", "a" * 64, trusted_keys=[approver.line])

@@ -322,3 +322,26 @@ async def test_an_approval_class_fault_registration_asks_a_person(senv: ServerEn
         async with client(senv, mode, denied.callback) as c:
             r = await run_tool(c, denied, "chaos_inject_fault", {**part, "fault_name": "part2"})
             assert r.is_error and "denied" in r.content[0].text
+
+
+async def test_a_bare_client_session_gets_the_url_elicitation(senv: ServerEnv, tmp_path: Path) -> None:
+    """The SDK's low-level ClientSession (initialize handshake), as most clients embed it."""
+    from mcp import stdio_client
+
+    marker = tmp_path / "ran"
+    person = Person()
+    argv = server_argv()
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=senv.env)
+    with anyio.fail_after(90):
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, elicitation_callback=person.callback) as session,
+        ):
+            init = await session.initialize()
+            assert init.protocol_version == "2025-11-25"
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(person.browse)
+                r = await session.call_tool("chaos_run_experiment", {"experiment": needs_approval(marker)})
+                await person.send.aclose()
+    assert not r.is_error, r.content
+    assert marker.read_text() == "ran" and len(person.urls) == 1

@@ -463,7 +463,10 @@ class ApprovalBroker:
         form_message = message + "\n" + summary.text()
         if modern:
             fid = secrets.token_hex(8)
-            self._forms[fid] = _FormPending(summary, time.monotonic())
+            now = time.monotonic()
+            # a client that never comes back must not grow this forever
+            self._forms = {k: v for k, v in self._forms.items() if now - v.created < PAGE_TTL_S}
+            self._forms[fid] = _FormPending(summary, now)
             schema = ApprovalForm.model_json_schema()
             req = ElicitRequest(params=ElicitRequestFormParams(message=form_message, requested_schema=schema))
             return InputRequiredResult(input_requests={INPUT_KEY: req}, request_state=f"form:{fid}")
