@@ -544,3 +544,34 @@ def test_truncated_extended_or_swapped_signatures(approver: Approver, tmp_path: 
     for bad in ("", "AA", sig + "AA", sig[:10], other, sig[::-1]):
         with pytest.raises(approvals.ApprovalError, match="signature"):
             approvals.verify_token(f"{head}.{payload}.{bad}", "a" * 64, trusted_keys=[approver.line])
+
+
+# ---- the CI path, end to end ---------------------------------------------------------------------------------------
+
+
+def test_ci_creates_a_key_signs_a_policy_change_and_verifies_it(project: Path, tmp_path: Path) -> None:
+    """In CI the passphrase comes from the secret store through $FAULTPLANE_APPROVER_PASSPHRASE."""
+    key = tmp_path / "ci" / "approver.key"
+    env = {approvals.PASSPHRASE_ENV: APPROVER_PASSPHRASE, "FAULTPLANE_APPROVER_KEY": str(key)}
+    res = cli("approvals", "keygen", "--principal", "release-bot", cwd=project, env=env)
+    assert res.returncode == 0, res.stderr
+    line = (
+        next(x for x in res.stdout.splitlines() if "ssh-ed25519" in x).strip().removeprefix("- ").strip('"')
+    )
+    assert key.stat().st_mode & 0o777 == 0o600 and line.endswith(" release-bot")
+    (project / "faultplane.policy.yaml").write_text(f"approval: {{trusted_keys: [{json.dumps(line)}]}}\n")
+    res = cli("approvals", "trusted", cwd=project)
+    assert res.returncode == 0 and res.stdout.startswith("release-bot\tSHA256:")
+    digest = hashlib.sha256(b"the loosened policy").hexdigest()
+    res = cli("approvals", "sign", "--hash", digest, "--purpose", "policy", cwd=project, env=env)
+    assert res.returncode == 0, res.stderr
+    token = res.stdout.strip()
+    assert approvals.verify_signed(digest, token, [line]) == "release-bot"
+    res = cli("approvals", "verify", token, "--hash", digest, "--purpose", "policy", cwd=project)
+    assert res.returncode == 0 and json.loads(res.stdout)["approver"] == "release-bot"
+    res = cli("approvals", "verify", token, "--hash", "0" * 64, "--purpose", "policy", cwd=project)
+    assert res.returncode == 3 and "different version" in one_line(res.stderr)
+    res = cli("approvals", "verify", token, "--hash", digest, cwd=project)  # as an experiment approval
+    assert res.returncode == 3 and "not a 'experiment'" in one_line(res.stderr)
+    res = cli("approvals", "sign", "--hash", "nothex", "--purpose", "policy", cwd=project, env=env)
+    assert res.returncode == 2 and "sha256" in one_line(res.stderr)
