@@ -195,7 +195,8 @@ class Approver:
 
         self.principal = principal
         self.key_path = folder / f"{principal}-approver.key"
-        self.line = approvals.generate_key(self.key_path, principal, APPROVER_PASSPHRASE)
+        # the lowest scrypt cost the loader accepts, to keep tests quick; keygen's default is 8x that
+        self.line = approvals.generate_key(self.key_path, principal, APPROVER_PASSPHRASE, scrypt_n=2**14)
 
     def policy(self, **approval: Any) -> Any:
         from faultplane.core.policy import ApprovalRules, Policy

@@ -468,6 +468,12 @@ def test_malformed_trusted_keys_are_one_line_policy_errors(project: Path, entry:
         b"-----BEGIN ENCRYPTED PRIVATE KEY-----\nnot base64\n-----END ENCRYPTED PRIVATE KEY-----\n",
         b"-----BEGIN" + b"A" * 70_000,
         "ключ 🔑".encode(),
+        b"faultplane-approver-key scrypt n=1099511627776 r=8 p=1 salt=AAAAAAAAAAAAAAAAAAAAAA==\n-----BEGIN x",
+        b"faultplane-approver-key scrypt n=16384 r=99999 p=1 salt=AAAAAAAAAAAAAAAAAAAAAA==\n-----BEGIN x",
+        b"faultplane-approver-key scrypt n=16385 r=8 p=1 salt=AAAAAAAAAAAAAAAAAAAAAA==\n-----BEGIN x",
+        b"faultplane-approver-key scrypt n=16384 r=8 p=1 salt=!!\n-----BEGIN ENCRYPTED",
+        b"faultplane-approver-key scrypt n=16384 r=8 p=1\n-----BEGIN ENCRYPTED",
+        b"faultplane-approver-key scrypt \xff\xfe\n-----BEGIN ENCRYPTED",
     ],
 )
 def test_malformed_key_files_are_one_line_errors(project: Path, approver: Approver, content: bytes) -> None:
@@ -575,3 +581,17 @@ def test_ci_creates_a_key_signs_a_policy_change_and_verifies_it(project: Path, t
     assert res.returncode == 3 and "not a 'experiment'" in one_line(res.stderr)
     res = cli("approvals", "sign", "--hash", "nothex", "--purpose", "policy", cwd=project, env=env)
     assert res.returncode == 2 and "sha256" in one_line(res.stderr)
+
+
+def test_keygen_stretches_the_passphrase_with_scrypt(project: Path, tmp_path: Path) -> None:
+    """Reading the key file must not make guessing cheap: the default costs ~0.3 s and 128 MiB a guess."""
+    path = tmp_path / "keys" / "default.key"
+    line = approvals.generate_key(path, "alice", APPROVER_PASSPHRASE)
+    header = path.read_bytes().split(b"\n", 1)[0].decode()
+    assert header.startswith("faultplane-approver-key scrypt n=131072 r=8 p=1 salt=")
+    key = approvals.load_signing_key(path, APPROVER_PASSPHRASE)
+    assert approvals.public_line(key.private_key.public_key(), "alice") == line
+    # the PEM block alone does not open with the passphrase: it is locked with the stretched one
+    pem = path.read_bytes().split(b"\n", 1)[1]
+    with pytest.raises((ValueError, TypeError)):
+        serialization.load_pem_private_key(pem, APPROVER_PASSPHRASE.encode())

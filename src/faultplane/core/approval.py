@@ -27,6 +27,7 @@ import getpass
 import hashlib
 import json
 import os
+import secrets
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -225,7 +226,52 @@ def _inside_a_project(path: Path) -> Path | None:
     return None
 
 
-def generate_key(path: Path, principal: str, passphrase: str, *, force: bool = False) -> str:
+# The key file is readable by anything running as the approver, so what protects it is the cost of guessing
+# the passphrase offline. PKCS#8 BestAvailableEncryption alone is PBKDF2 with 2048 rounds (about a
+# millisecond a guess); the passphrase is first stretched with scrypt (memory-hard, ~0.3 s and 128 MiB a
+# guess at the default), whose salt and cost ride in a header line above the PEM block.
+_KEY_HEADER = b"faultplane-approver-key scrypt"
+SCRYPT_N = 2**17
+_SCRYPT_LIMITS = {"n": (2**14, 2**20), "r": (1, 16), "p": (1, 4)}
+
+
+def _stretch(passphrase: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+
+    return base64.b64encode(Scrypt(salt=salt, length=32, n=n, r=r, p=p).derive(passphrase.encode()))
+
+
+def _key_header(data: bytes, path: Path) -> tuple[dict[str, Any], bytes]:
+    """(scrypt parameters, the PEM block) of a key file; parameters are bounded, so a hostile header cannot
+    make the loader spend gigabytes."""
+    first, _, rest = data.partition(b"\n")
+    if not first.startswith(_KEY_HEADER):
+        return {}, data
+    params: dict[str, Any] = {}
+    try:
+        for item in first.removeprefix(_KEY_HEADER).decode("ascii").split():
+            name, _, value = item.partition("=")
+            params[name] = base64.b64decode(value, validate=True) if name == "salt" else int(value)
+    except (ValueError, UnicodeError):
+        raise ApprovalError(
+            f"--key: {path} has an unreadable header line; create it again with keygen"
+        ) from None
+    for name, (low, high) in _SCRYPT_LIMITS.items():
+        value = params.get(name)
+        if not isinstance(value, int) or not low <= value <= high or (name == "n" and value & (value - 1)):
+            raise ApprovalError(
+                f"--key: {path}: scrypt {name}={value} is out of range; create it again with keygen"
+            )
+    if not isinstance(params.get("salt"), bytes) or not 16 <= len(params["salt"]) <= 64:
+        raise ApprovalError(
+            f"--key: {path}: the scrypt salt is missing or malformed; create it again with keygen"
+        )
+    return params, rest
+
+
+def generate_key(
+    path: Path, principal: str, passphrase: str, *, force: bool = False, scrypt_n: int = SCRYPT_N
+) -> str:
     """Write a new encrypted Ed25519 approver key at `path` (mode 0600, `path`.pub beside it) and return the
     public line the policy's approval.trusted_keys should list."""
     from cryptography.hazmat.primitives import serialization as s
@@ -251,8 +297,14 @@ def generate_key(path: Path, principal: str, passphrase: str, *, force: bool = F
             "only while the policy still trusts the old public key)"
         )
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        s.Encoding.PEM, s.PrivateFormat.PKCS8, s.BestAvailableEncryption(passphrase.encode())
+    salt = secrets.token_bytes(16)
+    params = {"n": scrypt_n, "r": 8, "p": 1}
+    header = _KEY_HEADER + " ".join(["", *(f"{k}={v}" for k, v in params.items())]).encode()
+    header += b" salt=" + base64.b64encode(salt) + b"\n"
+    _key_header(header, path)  # the same bounds the loader applies
+    password = _stretch(passphrase, salt, **params)
+    pem = header + key.private_bytes(
+        s.Encoding.PEM, s.PrivateFormat.PKCS8, s.BestAvailableEncryption(password)
     )
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if force:
@@ -287,8 +339,10 @@ def load_signing_key(path: Path, passphrase: str) -> ApproverKey:
             f"--key: {path} is not encrypted; an unencrypted key signs for whoever reads it. Create a "
             "passphrase-protected one with `faultplane approvals keygen --force`"
         )
+    params, pem = _key_header(data, path)
+    password = _stretch(passphrase, params.pop("salt"), **params) if params else passphrase.encode()
     try:
-        key = load_pem_private_key(data, passphrase.encode())
+        key = load_pem_private_key(pem, password)
     except (ValueError, TypeError):
         raise ApprovalError(f"--key: cannot unlock {path}: wrong passphrase or damaged file") from None
     except Exception as exc:  # UnsupportedAlgorithm and friends: still one line
