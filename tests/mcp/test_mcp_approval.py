@@ -345,3 +345,26 @@ async def test_a_bare_client_session_gets_the_url_elicitation(senv: ServerEnv, t
                 await person.send.aclose()
     assert not r.is_error, r.content
     assert marker.read_text() == "ran" and len(person.urls) == 1
+
+
+@pytest.mark.parametrize(("extra", "mode"), [((), "legacy"), ((), "auto"), (("--stateless",), "legacy")])
+async def test_over_http(senv: ServerEnv, tmp_path: Path, extra: tuple[str, ...], mode: str) -> None:
+    """Streamable HTTP: a session's SSE stream carries the question; stateless HTTP cannot, and says how else."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_helpers import run_http_server
+
+    marker = tmp_path / "ran"
+    person = Person()
+    with run_http_server(senv, *extra) as srv, anyio.fail_after(90):
+        http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120))
+        transport = streamable_http_client(srv.url, http_client=http)
+        async with Client(transport, mode=mode, elicitation_callback=person.callback) as c:  # type: ignore[arg-type]
+            r = await run_tool(c, person, "chaos_run_experiment", {"experiment": needs_approval(marker)})
+    if extra:
+        # stateless: no session keeps the client's capabilities, and no channel carries a question back
+        assert r.is_error and "needs a human approval" in r.content[0].text
+        assert "faultplane guard approve" in r.content[0].text and not marker.exists()
+    else:
+        assert not r.is_error, r.content
+        assert marker.read_text() == "ran" and len(person.urls) == 1

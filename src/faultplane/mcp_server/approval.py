@@ -36,6 +36,7 @@ from typing import Any, Literal
 import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import NoBackChannelError
 from mcp.types import (
     ElicitRequest,
     ElicitRequestFormParams,
@@ -458,7 +459,11 @@ class ApprovalBroker:
                     params=ElicitRequestURLParams(message=message, url=url, elicitation_id=pid)
                 )
                 return InputRequiredResult(input_requests={INPUT_KEY: req}, request_state=f"url:{pid}")
-            result = await ctx.elicit_url(message, url, pid)
+            try:
+                result = await ctx.elicit_url(message, url, pid)
+            except NoBackChannelError:
+                self.page.finish(pid)
+                raise ToolError(self._no_channel(summary, how_else)) from None
             return await self._after_url(ctx, pid, result.action, summary, modern=False)
         form_message = message + "\n" + summary.text()
         if modern:
@@ -470,9 +475,19 @@ class ApprovalBroker:
             schema = ApprovalForm.model_json_schema()
             req = ElicitRequest(params=ElicitRequestFormParams(message=form_message, requested_schema=schema))
             return InputRequiredResult(input_requests={INPUT_KEY: req}, request_state=f"form:{fid}")
-        answer = await ctx.elicit(form_message, ApprovalForm)
+        try:
+            answer = await ctx.elicit(form_message, ApprovalForm)
+        except NoBackChannelError:
+            raise ToolError(self._no_channel(summary, how_else)) from None
         approved = answer.action == "accept" and bool(getattr(answer, "data", None) and answer.data.approve)
         return self._form_outcome(approved, answer.action, summary)
+
+    @staticmethod
+    def _no_channel(summary: PlanSummary, how_else: str) -> str:
+        return (
+            f"this {summary.kind} needs a human approval ({'; '.join(summary.reasons)}) and this connection cannot "
+            f"carry a question to the person (stateless HTTP has no server-to-client channel); fix: {how_else}"
+        )
 
     def _form_outcome(self, approved: bool, action: str, summary: PlanSummary) -> str:
         if not approved:
