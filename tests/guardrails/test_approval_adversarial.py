@@ -595,3 +595,27 @@ def test_keygen_stretches_the_passphrase_with_scrypt(project: Path, tmp_path: Pa
     pem = path.read_bytes().split(b"\n", 1)[1]
     with pytest.raises((ValueError, TypeError)):
         serialization.load_pem_private_key(pem, APPROVER_PASSPHRASE.encode())
+
+
+def test_the_hook_leaves_a_missing_approval_to_the_mcp_server_only(project: Path) -> None:
+    """Over MCP the server asks a person, so the hook lets through a call whose only problem is a missing
+    approval; the same experiment from the shell, or with any other problem, is still refused."""
+    from faultplane.services.guard import judge_tool_call
+
+    write_experiment(project, wide(), "wide.yaml")
+    write_experiment(project, base_experiment(blast_radius={"percent": 25}, slo_gates=None), "gateless.yaml")
+    base = {"hook_event_name": "PreToolUse", "cwd": str(project)}
+
+    def call(tool: str, tool_input: dict[str, Any]) -> Any:
+        return judge_tool_call({**base, "tool_name": tool, "tool_input": tool_input})
+
+    text = (project / "wide.yaml").read_text()
+    assert call("mcp__faultplane__chaos_run_experiment", {"experiment": text}).allow
+    assert call("mcp__faultplane__chaos_run_experiment", {"experiment_name": "wide.yaml"}).allow
+    refused = call("Bash", {"command": "faultplane run wide.yaml"})
+    assert not refused.allow and "approval.required" in refused.reason
+    gateless = call("mcp__faultplane__chaos_run_experiment", {"experiment_name": "gateless.yaml"})
+    assert not gateless.allow and "gates" in gateless.reason
+    prod = (project / "wide.yaml").read_text().replace("staging", "production")
+    assert not call("mcp__faultplane__chaos_run_experiment", {"experiment": prod}).allow
+    assert not call("mcp__faultplane__chaos_approve", {"experiment": text}).allow

@@ -349,7 +349,10 @@ class _Judge:
         variables: Mapping[str, Any] | None = None,
         approval_token: str | None = None,
         store_path: str | None = None,
+        server_asks: bool = False,
     ) -> None:
+        """`server_asks`: the Faultplane MCP server asks a person itself (elicitation) when only an approval is
+        missing, and its engine verifies the answer, so the hook leaves that one refusal to it."""
         from faultplane.core.formats import ExperimentError
 
         try:
@@ -358,6 +361,8 @@ class _Judge:
             raise _Block(f"cannot read experiment {label} to check it against the policy: {exc}") from None
         self.checked.append(label)
         decision = _decide(prepared, self.policy(), self.store(store_path), approval_token)
+        if server_asks and all(v.rule == "approval.required" for v in decision.violations):
+            return
         if not decision.allowed:
             lines = [f"Faultplane policy refuses experiment {label} ({decision.policy_source}):"]
             lines += [f"- [{v.rule}] {v.field}: {v.message} Fix: {v.fix}" for v in decision.violations]
@@ -397,15 +402,15 @@ class _Judge:
             tool_input.get("experiment_name") or tool_input.get("path") or tool_input.get("experiment_path")
         )
         if isinstance(inline, Mapping):
-            self.experiment(inline, f"(inline, {name})", variables=variables)
+            self.experiment(inline, f"(inline, {name})", variables=variables, server_asks=True)
         elif isinstance(inline, str) and inline.strip():
             text = inline if "\n" in inline else inline + "\n"
-            self.experiment(text, f"(inline, {name})", variables=variables)
+            self.experiment(text, f"(inline, {name})", variables=variables, server_asks=True)
         elif isinstance(named, str) and named.strip():
             src: str | Path = named
             if Path(named).suffix:
                 src = Path(named) if Path(named).is_absolute() else self.cwd / named
-            self.experiment(src, repr(named), variables=variables)
+            self.experiment(src, repr(named), variables=variables, server_asks=True)
         # whatever else the call carries (fault names, targets, variables) must not name production either
         self.scan_values({k: v for k, v in tool_input.items() if k != "experiment"}, f"tool call {name}")
 
