@@ -257,10 +257,10 @@ def _key_header(data: bytes, path: Path) -> tuple[dict[str, Any], bytes]:
             f"--key: {path} has an unreadable header line; create it again with keygen"
         ) from None
     for name, (low, high) in _SCRYPT_LIMITS.items():
-        value = params.get(name)
-        if not isinstance(value, int) or not low <= value <= high or (name == "n" and value & (value - 1)):
+        got = params.get(name)
+        if not isinstance(got, int) or not low <= got <= high or (name == "n" and got & (got - 1)):
             raise ApprovalError(
-                f"--key: {path}: scrypt {name}={value} is out of range; create it again with keygen"
+                f"--key: {path}: scrypt {name}={got} is out of range; create it again with keygen"
             )
     if not isinstance(params.get("salt"), bytes) or not 16 <= len(params["salt"]) <= 64:
         raise ApprovalError(

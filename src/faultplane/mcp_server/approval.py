@@ -31,7 +31,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -90,7 +90,8 @@ def summarize(
     def describe(act: Any) -> str:
         if not isinstance(act, Mapping):
             return repr(act)[:200]
-        prov = act.get("provider") if isinstance(act.get("provider"), Mapping) else {}
+        given = act.get("provider")
+        prov: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         kind = prov.get("type", "?")
         what = {
             "driver": f"{prov.get('driver')}.{prov.get('name')}",
@@ -258,7 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _origin_ok(self) -> bool:
         """DNS rebinding and cross-site posts: the Host must be this loopback server, an Origin must match."""
-        port = self.server.server_address[1]
+        port = cast(ThreadingHTTPServer, self.server).server_port
         allowed = {f"127.0.0.1:{port}", f"localhost:{port}"}
         if self.headers.get("Host", "") not in allowed:
             return False
