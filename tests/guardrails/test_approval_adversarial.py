@@ -619,3 +619,68 @@ def test_the_hook_leaves_a_missing_approval_to_the_mcp_server_only(project: Path
     prod = (project / "wide.yaml").read_text().replace("staging", "production")
     assert not call("mcp__faultplane__chaos_run_experiment", {"experiment": prod}).allow
     assert not call("mcp__faultplane__chaos_approve", {"experiment": text}).allow
+
+
+# ---- an interactive terminal: the person's way, and an agent that fakes one ----------------------------------------
+
+
+def in_terminal(argv: list[str], cwd: Path, answers: list[str], timeout: float = 60) -> tuple[int, str]:
+    """Run `argv` with a pseudo-terminal as its controlling terminal, typing each answer at each prompt."""
+    import pty
+    import select
+
+    env = {k: v for k, v in os.environ.items() if k not in (approvals.PASSPHRASE_ENV, "FAULTPLANE_POLICY")}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once
+        os.chdir(cwd)
+        os.execvpe(argv[0], argv, env)
+    out = b""
+    deadline = time.monotonic() + timeout
+    pending = list(answers)
+    prompts = 0
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break  # the child closed the terminal
+                if not chunk:
+                    break
+                out += chunk
+            seen = out.count(b"passphrase: ") + out.count(b"again: ")
+            if pending and seen > prompts:
+                prompts = seen
+                os.write(fd, pending.pop(0).encode() + b"\n")
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_a_person_at_a_terminal_approves_and_a_faked_terminal_needs_the_passphrase(
+    project: Path, approver: Approver
+) -> None:
+    approver.write_policy(project)
+    write_experiment(project, wide(), "wide.yaml")
+    argv = [sys.executable, "-m", "faultplane.cli.main", "guard", "approve", "wide.yaml"]
+    argv += ["--key", str(approver.key_path)]
+    # an agent can allocate a terminal (script, pty) but not know the passphrase
+    code, out = in_terminal(argv, project, ["agent's best guess"])
+    assert code == 2 and "wrong passphrase" in out and APPROVER_PASSPHRASE not in out
+    assert cli("guard", "check", "wide.yaml", cwd=project).returncode == 3
+    code, out = in_terminal(argv, project, [APPROVER_PASSPHRASE])
+    assert code == 0 and "approved payment-db-latency" in out and "by alice" in out, out
+    assert APPROVER_PASSPHRASE not in out  # not echoed
+    assert cli("guard", "check", "wide.yaml", cwd=project).returncode == 0
+
+
+def test_keygen_at_a_terminal_asks_twice(project: Path, tmp_path: Path) -> None:
+    key = tmp_path / "keys" / "typed.key"
+    argv = [sys.executable, "-m", "faultplane.cli.main", "approvals", "keygen", "--principal", "carol"]
+    argv += ["--key", str(key)]
+    code, out = in_terminal(argv, project, [APPROVER_PASSPHRASE, APPROVER_PASSPHRASE + "x"])
+    assert code == 2 and "differ" in out and not key.exists()
+    code, out = in_terminal(argv, project, [APPROVER_PASSPHRASE, APPROVER_PASSPHRASE])
+    assert code == 0 and "ssh-ed25519" in out and key.exists(), out
