@@ -151,6 +151,8 @@ def approve_experiment(
             "keygen` and adds the printed line to approval.trusted_keys first"
         )
     path = Path(key_path).expanduser() if key_path else approvals.default_key_path()
+    if not path.is_file():  # say so before asking a passphrase for nothing
+        approvals.load_signing_key(path, "")
     secret = passphrase if passphrase is not None else approvals.read_passphrase()
     granted = approvals.sign_approval(
         prepared.approval_hash,
