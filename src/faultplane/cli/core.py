@@ -76,6 +76,11 @@ def _print_issues(exc: ExperimentError) -> None:
         err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")
 
 
+def _print_warnings(warnings: list[Any]) -> None:
+    for w in warnings:
+        err_console.print(f"  [yellow]![/] [bold]{w.field}[/]: {w.message}\n      {w.fix}", highlight=False)
+
+
 def validate(
     experiment: Annotated[str, typer.Argument(help="file path or listed experiment name")],
     var: VarOpt = None,
@@ -99,6 +104,8 @@ def validate(
         console.print(f"[green]✓ valid[/]: {report.title}")
     else:
         _print_issues(ExperimentError(report.errors))
+    if output != "json":
+        _print_warnings(report.warnings)
     raise typer.Exit(0 if report.valid else 2)
 
 
