@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -184,9 +185,16 @@ def _resolve_value(value: Any, where: str, issues: list[ValidationIssue]) -> Any
 
 
 def _substitute(
-    node: Any, values: Mapping[str, Any], where: str, issues: list[ValidationIssue], keep: bool = False
+    node: Any,
+    values: Mapping[str, Any],
+    where: str,
+    issues: list[ValidationIssue],
+    keep: bool = False,
+    used: set[str] | None = None,
 ) -> Any:
     if isinstance(node, str):
+        if used is not None and "${" in node:
+            used.update(m.group(1) for m in _VAR.finditer(node))
         whole = _VAR.fullmatch(node)
         if whole:  # a lone reference keeps the value's type (numbers stay numbers)
             name = whole.group(1)
@@ -205,10 +213,10 @@ def _substitute(
 
         return _VAR.sub(repl, node)
     if isinstance(node, list):
-        return [_substitute(v, values, f"{where}[{i}]", issues, keep) for i, v in enumerate(node)]
+        return [_substitute(v, values, f"{where}[{i}]", issues, keep, used) for i, v in enumerate(node)]
     if isinstance(node, dict):
         return {
-            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues, keep)
+            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues, keep, used)
             for k, v in node.items()
         }
     return node
@@ -228,10 +236,13 @@ def resolve(
     *,
     substitute: bool = True,
     keep_unknown: bool = False,
+    strict: Collection[str] = (),
 ) -> Resolved:
     """Resolve configuration (env refs, overrides) and secrets, then substitute `${var}` everywhere else.
     `substitute=False` when the caller knows the document holds no `${`: the walk is skipped.
-    `keep_unknown`: an undefined `${name}` stays as written (Chaos Toolkit) instead of being an error."""
+    `keep_unknown`: an undefined `${name}` stays as written (Chaos Toolkit) instead of being an error.
+    `strict`: variable names given one by one (`--var`): one the experiment neither declares nor uses is an
+    error, since a misspelt name would otherwise leave the default in place silently."""
     variables = dict(variables or {})
     issues: list[ValidationIssue] = []
     configuration: dict[str, Any] = {}
@@ -261,12 +272,26 @@ def resolve(
     for entries in secrets.values():
         values.update(entries)
     out: dict[str, Any] = {}
+    used: set[str] = set()
     for key, node in document.items():
         out[key] = (
             node
             if key in _NOT_SUBSTITUTED or key in _PROSE or not substitute
-            else _substitute(node, values, key, issues, keep_unknown)
+            else _substitute(node, values, key, issues, keep_unknown, used)
         )
+    if strict and not keep_unknown:
+        secret_keys = {k for entries in secrets.values() for k in entries}
+        for name in sorted(set(strict) - set(raw_config) - secret_keys - used):
+            near = difflib.get_close_matches(name, [*raw_config, *sorted(used)], n=1, cutoff=0.6)
+            issues.append(
+                ValidationIssue(
+                    field=f"--var {name}",
+                    message=f"the experiment neither declares nor uses a variable {name!r}",
+                    fix=f"did you mean {near[0]!r}?"
+                    if near
+                    else "declare it under configuration, or drop it",
+                )
+            )
     if issues:
         raise ExperimentError(issues)
     return Resolved(out, configuration, secrets, secret_values)

@@ -9,7 +9,7 @@ import json
 import random
 import signal
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,7 +107,11 @@ class Plan:
 
 
 def plan(
-    raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None, *, ctk_compat: bool | None = None
+    raw: Mapping[str, Any],
+    variables: Mapping[str, Any] | None = None,
+    *,
+    ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> Plan:
     """Resolve and validate; raises ExperimentError listing every problem at once. Keys Faultplane does not
     know are dropped with a warning (`Plan.warnings`), as Chaos Toolkit ignores them."""
@@ -137,7 +141,9 @@ def plan(
         else isinstance(runtime, dict) and bool(runtime.get("ctk_compat"))
     )
     try:
-        resolved = resolve(raw, variables, substitute=substituted, keep_unknown=compat)
+        resolved = resolve(
+            raw, variables, substitute=substituted, keep_unknown=compat, strict=strict_variables
+        )
     except ExperimentError as exc:
         raise ExperimentError(structure_issues() + exc.issues) from None
     try:
@@ -166,13 +172,17 @@ def plan(
 
 
 def checked_plan(
-    raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None, *, ctk_compat: bool | None = None
+    raw: Mapping[str, Any],
+    variables: Mapping[str, Any] | None = None,
+    *,
+    ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> Plan:
     """`plan`, then what the run would find out too late (engine/preflight.py): both `validate` and a run
     start here, so what validates is what runs."""
     from faultplane.engine.preflight import preflight
 
-    p = plan(raw, variables, ctk_compat=ctk_compat)
+    p = plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
     errors, warnings = preflight(p)
     if errors:
         raise ExperimentError(errors)
@@ -991,10 +1001,11 @@ async def execute(
     handle_signals: bool = False,
     journal_dir: Path | None = None,
     ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> Journal:
     """The whole lifecycle: plan and policy (phase 0), then run. Every surface goes through here, so the
     policy cannot be bypassed. Raises ExperimentError for invalid input; a refusal is a `refused` journal."""
-    p = checked_plan(raw, variables, ctk_compat=ctk_compat)
+    p = checked_plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
     policy = _load_policy(policy_path)
     decision = None
     if policy is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,7 @@ def validate_experiment(
     with_policy: bool = True,
     runtime: Mapping[str, Any] | None = None,
     ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> ValidationReport:
     """Everything a run checks before it executes anything (structure, values, providers, drivers, controls,
     the policy's phase-0 verdict), without running anything; never raises on bad input."""
@@ -149,7 +150,7 @@ def validate_experiment(
 
     try:
         raw = apply_runtime(_load(source), runtime)
-        p = checked_plan(raw, variables, ctk_compat=ctk_compat)
+        p = checked_plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
     except ExperimentError as exc:
         return ValidationReport(valid=False, errors=exc.issues)
     report = ValidationReport(valid=True, title=p.experiment.title, warnings=p.warnings)
@@ -179,6 +180,7 @@ async def run_experiment(
     journal_dir: Path | None = None,
     runtime: Mapping[str, Any] | None = None,
     ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> RunResult:
     """Plan (validate + policy), then run. Raises ExperimentError for invalid input (nothing is run).
     `runtime` overrides the experiment's `runtime` block (the CLI's strategy flags); `ctk_compat` runs with
@@ -196,6 +198,7 @@ async def run_experiment(
         handle_signals=handle_signals,
         journal_dir=journal_dir,
         ctk_compat=ctk_compat,
+        strict_variables=strict_variables,
     )
     return RunResult.from_journal(j, str((journal_dir or _jdir()) / f"{j.run_id}.json"))
 
