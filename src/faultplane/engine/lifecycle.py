@@ -185,7 +185,9 @@ def checked_plan(
     p = plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
     errors, warnings = preflight(p)
     if errors:
-        raise ExperimentError(errors)
+        refusal = ExperimentError(errors)
+        refusal.warnings = p.warnings + warnings  # type: ignore[attr-defined]
+        raise refusal
     p.warnings.extend(warnings)
     return p
 

@@ -152,7 +152,7 @@ def validate_experiment(
         raw = apply_runtime(_load(source), runtime)
         p = checked_plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
     except ExperimentError as exc:
-        return ValidationReport(valid=False, errors=exc.issues)
+        return ValidationReport(valid=False, errors=exc.issues, warnings=getattr(exc, "warnings", []))
     report = ValidationReport(valid=True, title=p.experiment.title, warnings=p.warnings)
     if with_policy:
         decision = evaluate_policy(p, open_store(), policy_path, None)
