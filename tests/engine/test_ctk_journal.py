@@ -148,3 +148,47 @@ def test_cli_export_and_journal_format(tmp_path: Path) -> None:
         [*cli, "journal", "export", "nosuchrun"], env=env, capture_output=True, text=True, timeout=120
     )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+async def test_controls_get_configuration_and_unloadable_ones_are_warnings(
+    tmp_path: Path, store: Store
+) -> None:
+    record = tmp_path / "calls"
+    doc = {
+        "title": "controls",
+        "description": "a control that reads configuration and secrets, and one that cannot be imported",
+        "configuration": {"region": "eu-west-1", "out": str(record)},
+        "secrets": {"vault": {"token": "t0ken-ctl"}},
+        "controls": [
+            {
+                "name": "seen",
+                "provider": {
+                    "type": "python",
+                    "module": "ctkfix_seen_control",
+                    "arguments": {"path": "${out}"},
+                },
+            },
+            {"name": "ghost", "provider": {"type": "python", "module": "no_such_control_module"}},
+        ],
+        "method": [
+            {
+                "type": "action",
+                "name": "a",
+                "provider": {"type": "python", "module": "ctkfix", "func": "value", "arguments": {"v": 1}},
+            }
+        ],
+    }
+    from faultplane.services.experiments import validate_experiment
+
+    report = validate_experiment(doc, with_policy=False)
+    assert report.valid
+    assert [w.field for w in report.warnings] == ["controls"]
+    assert "no_such_control_module" in report.warnings[0].message
+    result = await run_experiment(doc, store=store)
+    assert result.status == "completed"
+    journal = load_journal(result.run_id, store)
+    assert any("no_such_control_module" in w for w in journal["warnings"])
+    calls = record.read_text().splitlines()
+    assert calls[0] == "before_experiment region=eu-west-1 token=yes"
+    assert "after_activity a succeeded" in calls and calls[-1] == "after_experiment completed"
+    assert "t0ken-ctl" not in json.dumps(journal)  # secrets reach the control, never the journal

@@ -721,11 +721,11 @@ class _Runner:
                 await self._run_phases(handle_signals, scope)
         finally:
             _ACTIVE.pop(self.ctx.run_id, None)
+        journal = self.analyse()
         if self.controls.enabled:
-            self.controls.apply(
-                "experiment", "after", self.p.dump(), self.writer.journal.model_dump(mode="json")
-            )
-        return self.analyse()
+            # as in Chaos Toolkit, the control sees the finished journal (its changes are not written back)
+            self.controls.apply("experiment", "after", self.p.dump(), journal.model_dump(mode="json"))
+        return journal
 
     def _radius(self) -> dict[str, float | int] | None:
         radius = getattr(self.policy_decision, "radius", None)

@@ -88,31 +88,43 @@ def _python(
         return []
     params = sig.parameters
     takes_any = any(v.kind is inspect.Parameter.VAR_KEYWORD for v in params.values())
+    required = [
+        name
+        for name, param in params.items()
+        if param.default is inspect.Parameter.empty
+        and param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and name not in args
+    ]
+    unexpected = [] if takes_any else [name for name in args if name not in params]
     issues = []
-    if not takes_any:
-        for name in args:
-            if name not in params:
-                issues.append(
-                    ValidationIssue(
-                        field=f"{where}.provider.arguments.{name}",
-                        message=f"{p.module}.{p.func}() takes no argument {name!r}",
-                        fix=_meant(name, list(params))
-                        or f"its arguments are: {', '.join(params) or '(none)'}",
-                    )
-                )
-    for name, param in params.items():
-        required = param.default is inspect.Parameter.empty and param.kind in (
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            inspect.Parameter.KEYWORD_ONLY,
-        )
-        if required and name not in args:
+    for name in unexpected:
+        # a misspelt required argument is one problem, not "unexpected" plus "missing"
+        close = difflib.get_close_matches(name, required, n=1, cutoff=0.6)
+        if close:
+            required.remove(close[0])
             issues.append(
                 ValidationIssue(
-                    field=f"{where}.provider.arguments",
-                    message=f"{p.module}.{p.func}() requires argument {name!r}",
-                    fix=f"add `{name}` under arguments",
+                    field=f"{where}.provider.arguments.{name}",
+                    message=f"{p.module}.{p.func}() requires argument {close[0]!r} and takes no {name!r}",
+                    fix=f"rename {name!r} to {close[0]!r}",
                 )
             )
+            continue
+        issues.append(
+            ValidationIssue(
+                field=f"{where}.provider.arguments.{name}",
+                message=f"{p.module}.{p.func}() takes no argument {name!r}",
+                fix=_meant(name, list(params)) or f"its arguments are: {', '.join(params) or '(none)'}",
+            )
+        )
+    for name in required:
+        issues.append(
+            ValidationIssue(
+                field=f"{where}.provider.arguments",
+                message=f"{p.module}.{p.func}() requires argument {name!r}",
+                fix=f"add `{name}` under arguments",
+            )
+        )
     return issues or [
         ValidationIssue(
             field=f"{where}.provider.arguments",
