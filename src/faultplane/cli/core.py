@@ -323,6 +323,8 @@ def run(
         console.print(journal_toon(result.run_id, st), markup=False, highlight=False)
     else:
         _print_summary(result)
+        for w in result.warnings:
+            err_console.print(f"  [yellow]![/] {w}", highlight=False, markup=False)
     _exit(result.exit_code)
 
 

@@ -61,6 +61,7 @@ class RunResult(BaseModel):
     exit_code: int
     verdict: str | None = None
     journal_path: str | None = None
+    warnings: list[str] = []
 
     @classmethod
     def from_journal(cls, j: Journal, journal_path: str | None = None) -> RunResult:
@@ -80,6 +81,7 @@ class RunResult(BaseModel):
             exit_code=code,
             verdict=j.verdict,
             journal_path=journal_path,
+            warnings=j.warnings,
         )
 
 
