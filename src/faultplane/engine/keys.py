@@ -43,7 +43,9 @@ def _parent(doc: Any, loc: tuple[Any, ...]) -> Any:
     steps = list(loc[:-1])
     while steps:
         step = steps.pop(0)
-        if (isinstance(node, list) and isinstance(step, int) and step < len(node)) or (isinstance(node, dict) and step in node and isinstance(node[step], dict | list)):
+        if (isinstance(node, list) and isinstance(step, int) and step < len(node)) or (
+            isinstance(node, dict) and step in node and isinstance(node[step], dict | list)
+        ):
             node = node[step]
         elif isinstance(step, str):
             continue  # a union branch's tag, not a key of the document
