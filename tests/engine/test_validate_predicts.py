@@ -169,3 +169,36 @@ def test_one_error_per_root_cause() -> None:
     assert [(e.field, e.fix) for e in report.errors] == [
         ("method[0].provider.name", "did you mean 'register'?")
     ]
+
+
+def test_driver_arguments_checked_against_the_schema() -> None:
+    def with_args(arguments: dict[str, Any]) -> list[tuple[str, str]]:
+        doc = {
+            "title": "t",
+            "description": "d",
+            "method": [
+                {
+                    "type": "action",
+                    "name": "a",
+                    "provider": {
+                        "type": "driver",
+                        "driver": "faults",
+                        "name": "register",
+                        "arguments": arguments,
+                    },
+                }
+            ],
+        }
+        return [(e.field, e.fix) for e in validate_experiment(doc, with_policy=False).errors]
+
+    assert with_args({"nam": "x", "fault_type": "latency"}) == [
+        ("method[0].provider.arguments.nam", "rename 'nam' to 'name'")
+    ]
+    errors = with_args({"fault_type": "latency", "bogus": 1})
+    assert [f for f, _ in errors] == [
+        "method[0].provider.arguments.name",
+        "method[0].provider.arguments.bogus",
+    ]
+    assert with_args({"name": "x", "fault_type": "latency"}) == []
+    drv = with_args({})[0]
+    assert drv[0] == "method[0].provider.arguments.name"

@@ -177,14 +177,30 @@ def _driver(where: str, p: DriverProvider) -> list[ValidationIssue]:
         spec.params.model_validate(p.arguments)
     except ValidationError as exc:
         fields = list(spec.params.model_fields)
+        errs = exc.errors()
+        missing = [".".join(map(str, e["loc"])) for e in errs if e["type"] == "missing"]
+        renamed: dict[str, str] = {}  # misspelling -> the required argument it stands for
+        for e in errs:
+            extra = ".".join(map(str, e["loc"]))
+            free = [m for m in missing if m not in renamed.values()]
+            close = difflib.get_close_matches(extra, free, n=1, cutoff=0.6)
+            if e["type"] == "extra_forbidden" and close:
+                renamed[extra] = close[0]
         issues = []
-        for err in exc.errors():
+        for err in errs:
             name = ".".join(str(x) for x in err["loc"]) or "(arguments)"
+            if err["type"] == "missing" and name in renamed.values():
+                continue  # one problem: reported with the misspelling that stands for it
             if err["type"] == "extra_forbidden":
-                msg, fix = (
-                    f"{p.driver}.{p.name} takes no argument {name!r}",
-                    _meant(name, fields) or (f"its arguments are: {', '.join(fields)}"),
-                )
+                if name in renamed:
+                    close = [renamed[name]]
+                    msg, fix = (
+                        f"{p.driver}.{p.name} requires argument {close[0]!r} and takes no {name!r}",
+                        f"rename {name!r} to {close[0]!r}",
+                    )
+                else:
+                    msg = f"{p.driver}.{p.name} takes no argument {name!r}"
+                    fix = _meant(name, fields) or f"its arguments are: {', '.join(fields)}"
             elif err["type"] == "missing":
                 msg, fix = f"{p.driver}.{p.name} requires argument {name!r}", f"add `{name}` under arguments"
             else:
