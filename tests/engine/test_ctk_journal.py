@@ -192,3 +192,33 @@ async def test_controls_get_configuration_and_unloadable_ones_are_warnings(
     assert calls[0] == "before_experiment region=eu-west-1 token=yes"
     assert "after_activity a succeeded" in calls and calls[-1] == "after_experiment completed"
     assert "t0ken-ctl" not in json.dumps(journal)  # secrets reach the control, never the journal
+
+
+@pytest.mark.parametrize("deviates", [True, False])
+async def test_recovery_recheck_repeats_no_probe_unless_something_was_restored(
+    deviates: bool, tmp_path: Path, store: Store
+) -> None:
+    """The recovery re-check neither waits nor repeats side-effecting probes when nothing was rolled back."""
+    flag, calls = tmp_path / "flag", tmp_path / "calls"
+    probes = [
+        {"type": "probe", "name": "counted", "tolerance": "ran",
+         "provider": {"type": "python", "module": "ctkfix", "func": "record", "arguments": {"path": str(calls)}}},
+        {"type": "probe", "name": "flag-off", "tolerance": False,
+         "provider": {"type": "python", "module": "ctkfix", "func": "exists", "arguments": {"path": str(flag)}}},
+    ]  # fmt: skip
+    target = str(flag) if deviates else str(tmp_path / "elsewhere")
+    doc = {
+        "title": "no fixed waits",
+        "description": "a run that deviates, or holds, with nothing to roll back",
+        "steady-state-hypothesis": {"title": "flag off", "probes": probes},
+        "method": [{"type": "action", "name": "touch", "provider": {"type": "python", "module": "ctkfix", "func": "record", "arguments": {"path": target}}}],
+    }  # fmt: skip
+    result = await run_experiment(doc, store=store)
+    journal = load_journal(result.run_id, store)
+    assert result.status == ("deviated" if deviates else "completed")
+    assert calls.read_text().splitlines() == ["ran", "ran"]  # before and after the method, never again
+    recovery = journal["steady_states"].get("recovery")
+    if deviates:
+        assert recovery is None  # nothing was restored: nothing to wait for
+    else:
+        assert recovery["steady_state_met"] is True and recovery["checks"] == []

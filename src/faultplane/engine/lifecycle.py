@@ -444,15 +444,33 @@ class _Runner:
     def _recovery_asked(self) -> bool:
         """The recovery re-check repeats the hypothesis' probes (which may have side effects) and may wait
         for them. It waits only when the experiment asks (`recovery_timeout`, `recovery_window_s`); otherwise
-        one check is made, and only when the steady state was lost and a rollback or revert ran to restore it."""
+        it is one pass after a rollback or revert, and none when nothing was restored."""
         if self.compat:
             return False
         return bool({"recovery_timeout", "recovery_window_s"} & self.exp.runtime.model_fields_set)
 
-    def _recovery_due(self, restored: bool) -> bool:
+    async def _recover_check(self, restored: bool) -> None:
         st = self.state
-        lost = st.after_met is False or st.during_failed or st.status == "aborted"
-        return self._recovery_asked() or (not self.compat and lost and restored)
+        hypo = self.exp.steady_state_hypothesis
+        if self.compat or hypo is None or not hypo.probes:
+            return
+        if self._recovery_asked():
+            await self.check_recovery(wait=True)
+        elif restored:
+            # one pass, no waiting: a rollback or revert changed the system, and the steady state after it
+            # is what time-to-recover measures
+            await self.check_recovery(wait=False)
+        elif st.after_met is True and not st.during_failed and st.status != "aborted":
+            # it held after the method: nothing to recover from, and no probe needs repeating
+            state = {
+                "steady_state_met": True,
+                "time_to_recover_s": 0.0,
+                "window_s": 0.0,
+                "checks": [],
+                "from": "hypothesis_after",
+                "at": now().isoformat(),
+            }
+            self.writer.emit({"event": "hypothesis", "when": "recovery", "state": state})
 
     async def _run_recorded(self, item: MethodItem, section: str) -> ActivityRun:
         run = await self.run_activity(item, section)
@@ -592,8 +610,8 @@ class _Runner:
             if exc is not None:
                 st.error.append(f"revert {label!r} failed: {exc}")
         restored = bool(reverted) or bool(run_rollbacks and self.exp.rollbacks)
-        if st.method_started and not st.interrupted and not self.dry_run and self._recovery_due(restored):
-            await self.check_recovery(wait=self._recovery_asked())
+        if st.method_started and not st.interrupted and not self.dry_run:
+            await self._recover_check(restored)
 
     async def check_recovery(self, wait: bool = True) -> None:
         """After rollbacks: how long until the steady state holds again (bounded by runtime.recovery_timeout)."""

@@ -67,9 +67,10 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "The value is always passed in at run time; requiring a placeholder for it is a trap.",
     ),
     "recovery-check": (
-        "After the rollbacks of a run whose steady state was lost, the hypothesis is checked once more "
-        "(`steady_states.recovery`: time to recover); it waits and repeats only when `runtime.recovery_timeout` "
-        "or `recovery_window_s` asks. Chaos Toolkit has no recovery phase.",
+        "After a rollback or revert, the hypothesis is checked once more (`steady_states.recovery`: time to "
+        "recover); it waits and repeats only when `runtime.recovery_timeout` or `recovery_window_s` asks. "
+        "With nothing restored no probe runs again (a steady state that held records 0 s). Chaos Toolkit has "
+        "no recovery phase.",
         "Time to recover is the measure resilience is judged by; unasked, it costs one pass of the probes.",
     ),
 }
