@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -118,8 +119,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(*routes.get(self.path, (404, b'{"error": "not found"}')))
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._send(200 if self.path == "/echo" else 404, json.dumps({"received": len(body)}).encode())
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
+        try:
+            as_json = json.loads(body)
+        except ValueError:
+            as_json = None
+        form = {k: v[0] for k, v in urllib.parse.parse_qs(body).items()} if as_json is None else None
+        reply = {"received": len(body), "json": as_json, "form": form}
+        self._send(200 if self.path == "/echo" else 404, json.dumps(reply).encode())
 
 
 @pytest.fixture(scope="module")

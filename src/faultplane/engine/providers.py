@@ -310,12 +310,21 @@ async def _run_http(p: HttpProvider, ctx: ActivityContext) -> Any:
     method = p.method.upper()
     kwargs: dict[str, Any] = {"headers": p.headers}
     if p.arguments is not None:
-        if method in ("GET", "HEAD", "DELETE") and isinstance(p.arguments, dict):
+        # as Chaos Toolkit sends them: query parameters for GET; otherwise JSON only when the request says
+        # `Content-Type: application/json`, else a form (a mapping) or the raw text
+        declared_json = any(
+            k.lower() == "content-type" and v == "application/json" for k, v in p.headers.items()
+        )
+        if method == "GET" and isinstance(p.arguments, dict):
             kwargs["params"] = p.arguments
         elif isinstance(p.arguments, str):
             kwargs["content"] = p.arguments
-        else:
+        elif declared_json or not isinstance(p.arguments, dict):
             kwargs["json"] = p.arguments
+        else:
+            kwargs["data"] = {
+                k: v if isinstance(v, str | bytes) else json.dumps(v) for k, v in p.arguments.items()
+            }
     try:
         async with httpx.AsyncClient(timeout=timeout, verify=p.verify_tls) as client:
             resp = await client.request(method, p.url, **kwargs)
@@ -323,10 +332,15 @@ async def _run_http(p: HttpProvider, ctx: ActivityContext) -> Any:
         raise ActivityTimeout(f"{method} {p.url} timed out") from None
     except httpx.HTTPError as exc:
         raise ActivityFailed(f"{method} {p.url} failed: {type(exc).__name__}: {exc}") from None
-    try:
-        body: Any = resp.json()
-    except (json.JSONDecodeError, ValueError):
-        body = resp.text
+    # a JSON body is decoded when the response says it is JSON (Chaos Toolkit: exactly `application/json`)
+    media = resp.headers.get("content-type", "")
+    is_json = (
+        media == "application/json" if CTK_COMPAT.get() else media.split(";")[0].strip() == "application/json"
+    )
+    body: Any = resp.text
+    if is_json:
+        with contextlib.suppress(json.JSONDecodeError, ValueError):
+            body = resp.json()
     out = {"status": resp.status_code, "headers": dict(resp.headers), "body": body}
     if p.expected_status is not None and resp.status_code != p.expected_status:
         raise ActivityFailed(f"{method} {p.url} returned {resp.status_code}, expected {p.expected_status}")
