@@ -239,6 +239,15 @@ def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
                     field=key, message=f"`{key}` is missing (Chaos Toolkit requires it)", fix=f"add `{key}`"
                 )
             )
+    raw_hypo = p.raw.get("steady-state-hypothesis")
+    if isinstance(raw_hypo, dict) and not raw_hypo.get("title"):
+        ctk_required.append(
+            ValidationIssue(
+                field="steady-state-hypothesis.title",
+                message="the hypothesis has no title (Chaos Toolkit requires one)",
+                fix="add `title` under steady-state-hypothesis",
+            )
+        )
     for i, probe in enumerate((doc.get("steady-state-hypothesis") or {}).get("probes") or []):
         if isinstance(probe, dict) and "provider" in probe and "tolerance" not in probe:
             ctk_required.append(

@@ -50,7 +50,8 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "A weakness seen while the fault is applied is the finding the experiment exists for.",
     ),
     "description-and-tolerance-optional": (
-        "A missing `description`, a missing `method` or a hypothesis probe without `tolerance` is a warning. "
+        "A missing `description` or `method`, a hypothesis without `title` or a hypothesis probe without "
+        "`tolerance` is a warning. "
         "Chaos Toolkit refuses the experiment.",
         "Faultplane's own experiments need neither; the warning still names the field for a migration.",
     ),
