@@ -192,6 +192,10 @@ async def test_controls_get_configuration_and_unloadable_ones_are_warnings(
     assert calls[0] == "before_experiment region=eu-west-1 token=yes"
     assert "after_activity a succeeded" in calls and calls[-1] == "after_experiment completed"
     assert "t0ken-ctl" not in json.dumps(journal)  # secrets reach the control, never the journal
+    import ctkfix_seen_control
+
+    # configured once before the run (with `${}` resolved: Chaos Toolkit passes it unresolved there), cleaned after
+    assert ctkfix_seen_control.CONFIGURED == {"path": str(record), "region": "eu-west-1", "cleaned": True}
 
 
 @pytest.mark.parametrize("deviates", [True, False])

@@ -99,6 +99,59 @@ class Controls:
                     controls.insert(0, copy.deepcopy(t))
         return [c for c in controls if "ref" not in c]
 
+    def _loaded(self) -> list[tuple[dict[str, Any], Any]]:
+        seen: set[str] = set()
+        out = []
+        for _, control in all_controls(self.experiment):
+            name = str(control.get("name"))
+            if "ref" in control or name in seen:
+                continue
+            seen.add(name)
+            module = _module(control)
+            if module is not None:
+                out.append((control, module))
+        return out
+
+    def configure(self) -> None:
+        """chaoslib's `initialize_controls`: each control's `configure_control`, once, before the run. Its
+        arguments have `${}` resolved, as everywhere in a planned experiment (Chaos Toolkit passes them
+        unresolved here, which no control can have relied on usefully)."""
+        if not self.enabled:
+            return
+        for control, module in self._loaded():
+            func = getattr(module, "configure_control", None)
+            if func is None:
+                continue
+            arguments = copy.deepcopy((control.get("provider") or {}).get("arguments") or {})
+            try:
+                params = inspect.signature(func).parameters
+            except (TypeError, ValueError):
+                params = {}  # type: ignore[assignment]
+            extra = {
+                "experiment": self.experiment,
+                "secrets": self.secrets,
+                "configuration": self.configuration,
+                "settings": None,
+                "event_registry": None,
+            }
+            arguments.update({k: v for k, v in extra.items() if k in params})
+            try:
+                func(**arguments)
+            except Exception as exc:  # as chaoslib: logged, the run goes on
+                self.on_error(f"configure_control of {control.get('name')!r}: {type(exc).__name__}: {exc}")
+
+    def cleanup(self) -> None:
+        if not self.enabled:
+            return
+        for control, module in self._loaded():
+            func = getattr(module, "cleanup_control", None)
+            if func is None:
+                continue
+            try:
+                func()
+            except Exception as exc:
+                self.on_error(f"cleanup_control of {control.get('name')!r}: {type(exc).__name__}: {exc}")
+
     def apply(self, level: Level, scope: str, context: dict[str, Any], state: Any = None) -> None:
         if not self.enabled:
             return

@@ -735,6 +735,7 @@ class _Runner:
             # every target selection of the run (method, rollbacks, threads) is held to the blast radius
             with radius_cap(self._radius()):
                 if self.controls.enabled:
+                    self.controls.configure()
                     self.controls.apply("experiment", "before", self.p.dump())
                 await self._run_phases(handle_signals, scope)
         finally:
@@ -743,6 +744,7 @@ class _Runner:
         if self.controls.enabled:
             # as in Chaos Toolkit, the control sees the finished journal (its changes are not written back)
             self.controls.apply("experiment", "after", self.p.dump(), journal.model_dump(mode="json"))
+            self.controls.cleanup()
         return journal
 
     def _radius(self) -> dict[str, float | int] | None:

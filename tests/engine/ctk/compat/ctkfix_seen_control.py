@@ -23,3 +23,15 @@ def after_activity_control(context: Any, state: Any, path: str) -> None:
 
 def after_experiment_control(context: Any, state: Any, path: str) -> None:
     _line(path, f"after_experiment {state.get('status')}")
+
+
+CONFIGURED: dict[str, Any] = {}
+
+
+def configure_control(path: str, configuration: Any = None) -> None:
+    CONFIGURED["path"] = path
+    CONFIGURED["region"] = (configuration or {}).get("region")
+
+
+def cleanup_control() -> None:
+    CONFIGURED["cleaned"] = True
