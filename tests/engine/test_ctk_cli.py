@@ -81,3 +81,20 @@ def test_var_files_and_strategy_flags(tmp_path: Path) -> None:
     assert (tmp_path / "marks").read_text().splitlines() == ["ran", "ran", "rb"]
     wrong = _cli(tmp_path, "run", str(exp), "--rollback-strategy", "sometimes")
     assert wrong.returncode == 2 and "sometimes" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_env_var_file_feeds_env_configuration(tmp_path: Path) -> None:
+    exp = tmp_path / "e.yaml"
+    exp.write_text(
+        "title: env file\ndescription: d\n"
+        "configuration: {mode: {type: env, key: FP_CTK_FROM_DOTENV}}\n"
+        "steady-state-hypothesis:\n  title: h\n  probes:\n"
+        "    - {type: probe, name: m, provider: {type: python, module: ctkfix, func: value,"
+        " arguments: {v: '${mode}'}}, tolerance: from-dotenv}\n"
+        "method: []\n"
+    )
+    (tmp_path / "vars.env").write_text("# comment\nFP_CTK_FROM_DOTENV='from-dotenv'\n")
+    done = _cli(tmp_path, "run", str(exp), "-o", "json", "--var-file", str(tmp_path / "vars.env"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    unset = _cli(tmp_path, "validate", str(exp))
+    assert unset.returncode == 2 and "FP_CTK_FROM_DOTENV" in unset.stderr

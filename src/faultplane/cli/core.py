@@ -136,7 +136,11 @@ def _variables(var: list[str] | None, var_file: list[Path] | Path | None) -> dic
     files = [var_file] if isinstance(var_file, Path) else var_file or []
     values: dict[str, Any] = {}
     for f in files:  # later files override earlier ones, and --var overrides them all
-        values.update(load_var_file(f))
+        loaded = load_var_file(f)
+        if f.suffix == ".env":
+            # as `chaos run` does: a .env file sets environment variables, which `type: env` entries read
+            os.environ.update({k: str(v) for k, v in loaded.items()})
+        values.update(loaded)
     for item in var or []:
         k, v = parse_var(item)
         values[k] = v
