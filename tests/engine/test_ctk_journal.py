@@ -195,7 +195,7 @@ async def test_controls_get_configuration_and_unloadable_ones_are_warnings(
     import ctkfix_seen_control
 
     # configured once before the run (with `${}` resolved: Chaos Toolkit passes it unresolved there), cleaned after
-    assert ctkfix_seen_control.CONFIGURED == {"path": str(record), "region": "eu-west-1", "cleaned": True}
+    assert {"path": str(record), "region": "eu-west-1", "cleaned": True} == ctkfix_seen_control.CONFIGURED
 
 
 @pytest.mark.parametrize("deviates", [True, False])

@@ -175,7 +175,7 @@ def _ctk_state(state: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def to_ctk_journal(journal: Mapping[str, Any]) -> dict[str, Any]:
     """A Faultplane journal in Chaos Toolkit's journal format (chaoslib's `Journal`): statuses mapped to the
     four Chaos Toolkit knows, with `deviated` as a flag; Faultplane's own figures under `extensions`."""
-    status = journal.get("status")
+    status = str(journal.get("status"))
     ctk_status = {"deviated": "completed", "refused": "failed", "running": "interrupted"}.get(status, status)
     states = journal.get("steady_states") or {}
     return {
