@@ -73,6 +73,8 @@ class ActivityContext:
     reverts: list[RevertEntry] = field(default_factory=list)
     # Set by the engine so drivers can record lease ids against the run's store.
     store_path: str | None = None
+    # The run's secret values: leases seal any argument holding one and mask it in labels.
+    secret_values: list[str] = field(default_factory=list)
     # Set by the engine while nothing else shares its loop: blocking python functions may then run inline.
     inline: bool = False
 

@@ -205,6 +205,7 @@ class _Runner:
             rng=random.Random(seed),
             dry_run=dry_run,
             store_path=str(store.path) if store else None,
+            secret_values=list(p.secret_values),
         )
         journal = Journal(
             run_id=self.ctx.run_id,
