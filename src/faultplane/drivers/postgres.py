@@ -25,6 +25,7 @@ from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
+from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
 
@@ -45,8 +46,23 @@ def _connect(
         return psycopg.connect(
             dsn, connect_timeout=_CONNECT_TIMEOUT_S, application_name=application_name, autocommit=autocommit
         )
+    except psycopg.ProgrammingError as exc:  # a malformed DSN; its text may quote the password
+        raise DriverError(
+            f"dsn: not a libpq connection string or URI: {mask_text(str(exc).strip())}"
+        ) from None
     except psycopg.OperationalError as exc:
-        raise DriverError(f"dsn: cannot connect to PostgreSQL: {str(exc).strip()}") from None
+        cause = " ".join(mask_text(str(exc)).split())
+        if "timeout expired" in cause:
+            cause += f" (no answer within {_CONNECT_TIMEOUT_S}s: is it a PostgreSQL server?)"
+        raise DriverError(f"dsn: cannot connect to PostgreSQL at {_address(dsn)}: {cause}") from None
+
+
+def _address(dsn: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "?"
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}"
 
 
 def _scalar(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> Any:
@@ -159,6 +175,10 @@ class ExhaustParams(_Dsn):
         ge=0,
         description="slots to leave free when filling (the revert does not need one)",
     )
+    require_all: bool = Field(
+        default=False,
+        description="fail (and release them) when the server gives fewer connections than requested",
+    )
     duration_seconds: float | None = Field(
         default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
     )
@@ -237,8 +257,7 @@ class LockParams(_Dsn):
     )
 
 
-def _lock(dsn: str, tag: str, table: str, mode: str) -> None:
-    conn = _connect(dsn, application_name=tag, autocommit=False)
+def _lock(conn: psycopg.Connection[Any], tag: str, table: str, mode: str) -> None:
     with _held_lock:
         _held[tag] = [conn]
     ident = sql.Identifier(*table.split(".", 1))
@@ -254,6 +273,8 @@ def _lock(dsn: str, tag: str, table: str, mode: str) -> None:
 async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
     """Take a table lock in an open transaction; queries that conflict wait. Rollback releases it."""
     tag = _tag("lock")
+    # connect first: a connection that fails has locked nothing, so it leaves no lease behind
+    conn = await anyio.to_thread.run_sync(lambda: _connect(p.dsn, application_name=tag, autocommit=False))
     entry = leased_revert(
         ctx,
         label=f"postgres: release {p.mode} lock on {p.table}",
@@ -263,7 +284,7 @@ async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
         fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
     )
     try:
-        await anyio.to_thread.run_sync(_lock, p.dsn, tag, p.table, p.mode)
+        await anyio.to_thread.run_sync(_lock, conn, tag, p.table, p.mode)
     except BaseException:
         await revert_now(ctx, entry)
         raise

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 import redis
@@ -23,6 +24,7 @@ from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import leased_revert, revert_recipe
+from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
 
@@ -39,12 +41,49 @@ def _client(url: str, **kw: Any) -> redis.Redis:
         return redis.Redis.from_url(
             url, socket_connect_timeout=_TIMEOUT_S, socket_timeout=kw.pop("timeout", _TIMEOUT_S), **kw
         )
-    except ValueError as exc:
-        raise DriverError(f"url: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise DriverError(
+            f"url: not a Redis URL ({mask_text(str(exc))}); expected redis://[user:password@]host:port/db"
+        ) from None
 
 
-def _err(what: str, exc: Exception) -> DriverError:
-    return DriverError(f"redis {what}: {exc}")
+def _address(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        return f"{parts.hostname or '?'}:{parts.port or 6379}"
+    except ValueError:
+        return "?"
+
+
+def _err(what: str, exc: Exception, url: str | None = None, timeout: float = _TIMEOUT_S) -> DriverError:
+    """One line naming the field, the address and the cause (never the password)."""
+    where = f" at {_address(url)}" if url else ""
+    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in str(exc) or "NOAUTH" in str(exc):
+        cause = (
+            f"the server refused the credentials ({mask_text(str(exc))}); check the user and password in url"
+        )
+    elif isinstance(exc, redis.TimeoutError):
+        cause = (
+            f"no reply within {timeout:g}s (the port accepts connections but nothing answers: is it a Redis "
+            "server, or is it paused or blocked?)"
+        )
+    elif isinstance(exc, redis.ConnectionError):
+        cause = f"cannot connect: {mask_text(str(exc))}"
+    else:
+        cause = mask_text(str(exc))
+    return DriverError(f"url: redis {what}{where}: {cause}")
+
+
+def _connected(url: str, **kw: Any) -> redis.Redis:
+    """A client that has connected, authenticated and answered PING: a fault applied after this reached the
+    server, one that fails here has applied nothing (so it leaves no lease)."""
+    client = _client(url, **kw)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        raise _err("PING", exc, url) from None
+    return client
 
 
 # --- CLIENT PAUSE ---------------------------------------------------------------------------------------------
@@ -74,18 +113,17 @@ async def client_pause(ctx: ActivityContext, p: PauseParams) -> dict[str, Any]:
 
     Under mode ALL, Redis 7.0 also holds CLIENT UNPAUSE, so the pause then lasts its full ``timeout_ms``.
     """
-    leased_revert(
-        ctx, label=f"redis: CLIENT UNPAUSE {p.url}", driver="redis", revert="unpause", args={"url": p.url}
-    )
-
-    def pause() -> None:
-        with _client(p.url) as r:
-            r.execute_command("CLIENT", "PAUSE", p.timeout_ms, p.mode)
-
+    client = await anyio.to_thread.run_sync(_connected, p.url)  # fails before anything is applied
     try:
-        await anyio.to_thread.run_sync(pause)
-    except redis.RedisError as exc:
-        raise _err("CLIENT PAUSE", exc) from None
+        leased_revert(
+            ctx, label=f"redis: CLIENT UNPAUSE {p.url}", driver="redis", revert="unpause", args={"url": p.url}
+        )
+        try:
+            await anyio.to_thread.run_sync(client.execute_command, "CLIENT", "PAUSE", p.timeout_ms, p.mode)
+        except redis.RedisError as exc:
+            raise _err("CLIENT PAUSE", exc, p.url) from None
+    finally:
+        client.close()
     return {"paused_ms": p.timeout_ms, "mode": p.mode}
 
 
@@ -123,11 +161,11 @@ async def debug_sleep(ctx: ActivityContext, p: SleepParams) -> dict[str, Any]:
     await anyio.to_thread.run_sync(started.wait, _TIMEOUT_S)
     await anyio.sleep(0.05)  # let the DEBUG command reach the server before returning
     if errors:
-        raise _err("DEBUG SLEEP", errors[0]) from None  # type: ignore[arg-type]
+        raise _err("DEBUG SLEEP", errors[0], p.url) from None  # type: ignore[arg-type]
     if p.wait:
         await anyio.to_thread.run_sync(t.join, p.seconds + 2 * _TIMEOUT_S)
         if errors:
-            raise _err("DEBUG SLEEP", errors[0]) from None  # type: ignore[arg-type]
+            raise _err("DEBUG SLEEP", errors[0], p.url) from None  # type: ignore[arg-type]
     return {"slept_s": p.seconds}
 
 
@@ -182,6 +220,10 @@ class ExhaustParams(_Url):
         ge=0,
         description="slots to leave free when filling up to maxclients (the revert does not need one)",
     )
+    require_all: bool = Field(
+        default=False,
+        description="fail (and release them) when the server gives fewer connections than requested",
+    )
     duration_seconds: float | None = Field(default=None, gt=0, le=3600)
 
 
@@ -192,6 +234,7 @@ async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[st
     Rollback kills the holder; its sockets close and Redis frees the slots, so the revert works even when
     every slot is taken, and the lease watchdog can run it when the controller is dead or hung.
     """
+    await anyio.to_thread.run_sync(lambda: _connected(p.url).close())  # fails before anything is applied
     name = f"faultplane-hold-{uuid.uuid4().hex[:10]}"
     what = p.connections if p.connections is not None else "maxclients"
     result = await hold_connections(
@@ -266,7 +309,7 @@ async def evict_keys(ctx: ActivityContext, p: EvictParams) -> dict[str, Any]:
     try:
         saved, matched = await anyio.to_thread.run_sync(_evict, p.url, p, ctx.rng)
     except redis.RedisError as exc:
-        raise _err("SCAN/DUMP", exc) from None
+        raise _err("SCAN/DUMP", exc, p.url) from None
     leased_revert(
         ctx,
         label=f"redis: restore {len(saved)} evicted keys",
@@ -305,7 +348,7 @@ def ping_latency(ctx: ActivityContext, p: PingParams) -> dict[str, float]:
                 r.ping()
                 out.append((time.perf_counter() - t0) * 1000.0)
     except redis.RedisError as exc:
-        raise _err("PING", exc) from None
+        raise _err("PING", exc, p.url) from None
     return {"p50_ms": statistics.median(out), "mean_ms": statistics.fmean(out), "max_ms": max(out)}
 
 
@@ -316,7 +359,7 @@ def connected_clients(ctx: ActivityContext, p: _Url) -> int:
         with _client(p.url) as r:
             return int(r.info("clients")["connected_clients"])
     except redis.RedisError as exc:
-        raise _err("INFO", exc) from None
+        raise _err("INFO", exc, p.url) from None
 
 
 class InfoParams(_Url):
@@ -331,7 +374,7 @@ def info(ctx: ActivityContext, p: InfoParams) -> Any:
         with _client(p.url) as r:
             data = r.info(p.section)
     except redis.RedisError as exc:
-        raise _err("INFO", exc) from None
+        raise _err("INFO", exc, p.url) from None
     if p.field is None:
         return data
     if p.field not in data:
