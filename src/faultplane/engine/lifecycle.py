@@ -24,7 +24,7 @@ from faultplane.core.config import mask_secrets, resolve
 from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
 from faultplane.core.model import Activity, ActivityRun, ActivityStatus, Experiment, Journal, MethodItem
 from faultplane.core.store import Store
-from faultplane.drivers.base import ActivityContext, get_activity
+from faultplane.drivers.base import ActivityContext, experiment_argument_issues, get_activity
 from faultplane.drivers.blast import radius_cap
 from faultplane.engine.journal import JournalWriter, now, recover_interrupted
 from faultplane.engine.providers import (
@@ -125,6 +125,9 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
         experiment = Experiment.model_validate(resolved.document)
     except ValidationError as exc:
         raise ExperimentError(structure_issues() or issues_from_pydantic(exc)) from None
+    argument_issues = experiment_argument_issues(experiment, resolved.secret_values)
+    if argument_issues:  # a misspelt argument anywhere refuses the run before the first fault applies
+        raise ExperimentError(argument_issues)
     if experiment.load is not None:
         from faultplane.engine.load import parse_load_spec
 
