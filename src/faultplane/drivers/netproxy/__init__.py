@@ -9,6 +9,7 @@ that also owns the traffic) or in a standalone proxy process (``faultplane drive
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import anyio
@@ -67,7 +68,11 @@ def _unreachable(url: str, method: str, path: str, exc: Exception) -> DriverErro
             f"{where}: no connection within {_CONTROL_TIMEOUT_S:g}s (host unreachable or filtered)"
         )
     if isinstance(exc, httpx.ConnectError):
-        cause = str(exc).split("] ", 1)[-1] or type(exc).__name__
+        root: BaseException | None = exc  # httpx says "all connection attempts failed"; the OS says why
+        while root is not None and not (isinstance(root, OSError) and root.errno):
+            root = root.__cause__ or root.__context__
+        errno = root.errno if isinstance(root, OSError) else None
+        cause = os.strerror(errno) if errno else str(exc) or type(exc).__name__
         return NotApplied(f"{where}: cannot connect: {cause.lower()} (is the proxy running there?)")
     if isinstance(exc, httpx.TimeoutException):
         # the request may have been read: the change may have been applied
