@@ -45,6 +45,7 @@ BUILTIN_DRIVERS = (
     "faultplane.drivers.script",
     "faultplane.drivers.kubernetes",
     "faultplane.drivers.ssh",
+    "faultplane.drivers.hostnet",
     "faultplane.drivers.faults",
 )
 
