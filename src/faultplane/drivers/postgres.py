@@ -426,3 +426,102 @@ def is_available(ctx: ActivityContext, p: AvailableParams) -> bool:
         return True
     except psycopg.Error:
         return False
+
+
+# --- configuration parameter ----------------------------------------------------------------------------------
+
+_GUC = r"^[a-z_][a-z0-9_.]{0,62}$"
+
+
+def _auto_conf_value(conn: psycopg.Connection[Any], name: str) -> str | None:
+    """The value ALTER SYSTEM holds for ``name`` (postgresql.auto.conf), None when it holds none."""
+    rows = conn.execute(
+        "SELECT setting FROM pg_file_settings WHERE name = %s AND sourcefile LIKE %s ORDER BY seqno DESC",
+        [name, "%postgresql.auto.conf"],
+    ).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _wait_setting(dsn: str, name: str, before: str, timeout: float = 3.0) -> str:
+    """pg_reload_conf() only signals the postmaster: wait (bounded) until a new session sees a change."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _connect(dsn) as conn:
+            now = str(_scalar(conn, "SELECT current_setting(%s)", [name]))
+        if now != before or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def _set_system(dsn: str, name: str, value: str | None) -> None:
+    with _connect(dsn) as conn:
+        if value is None:
+            conn.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+        else:
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        conn.execute("SELECT pg_reload_conf()")
+
+
+@revert_recipe("postgres", "restore_parameter")
+def _recipe_restore_parameter(args: dict[str, Any]) -> None:
+    with _connect(args["dsn"]) as conn:
+        current = _auto_conf_value(conn, args["name"])
+    if current != args["applied"]:
+        return  # someone changed it again since the fault: their value stands
+    _set_system(args["dsn"], args["name"], args["previous"])
+
+
+class ParameterParams(_Dsn):
+    name: str = Field(pattern=_GUC, description="a server parameter, e.g. statement_timeout, work_mem")
+    value: str = Field(max_length=1000, description="its new value, as in postgresql.conf (e.g. '50ms')")
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+@action("postgres", "set_parameter", ParameterParams, fault_type="error")
+async def set_parameter(ctx: ActivityContext, p: ParameterParams) -> dict[str, Any]:
+    """ALTER SYSTEM SET a reloadable parameter and reload; new sessions get it (sessions that SET it themselves
+    keep theirs). Rollback puts back what ALTER SYSTEM held before (or RESETs it). Needs a superuser.
+
+    A parameter that needs a restart (context ``postmaster``) is refused rather than half-applied."""
+
+    def apply() -> dict[str, Any]:
+        with _connect(p.dsn) as conn:
+            row = conn.execute(
+                "SELECT context, setting FROM pg_settings WHERE name = %s", [p.name]
+            ).fetchone()
+            if row is None:
+                raise DriverError(f"name: PostgreSQL has no parameter {p.name!r} (see pg_settings)")
+            if row[0] in ("internal", "postmaster"):
+                raise DriverError(
+                    f"name: {p.name} can only change with a server restart (context {row[0]}); "
+                    "pick a reloadable parameter"
+                )
+            before = str(_scalar(conn, "SELECT current_setting(%s)", [p.name]))
+            return {"before": before, "previous": _auto_conf_value(conn, p.name)}
+
+    try:
+        state = await anyio.to_thread.run_sync(apply)
+    except psycopg.Error as exc:
+        raise DriverError(f"dsn: {mask_text(str(exc).strip())}") from None
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: restore {p.name} (ALTER SYSTEM)",
+        driver="postgres",
+        revert="restore_parameter",
+        args={"dsn": p.dsn, "name": p.name, "previous": state["previous"], "applied": p.value},
+    )
+    try:
+        await anyio.to_thread.run_sync(_set_system, p.dsn, p.name, p.value)
+    except psycopg.Error as exc:
+        from faultplane.drivers.leases import withdraw
+
+        withdraw(ctx, entry)  # ALTER SYSTEM refused the value: nothing changed
+        raise DriverError(f"value: PostgreSQL refused {p.name} = {p.value!r}: {str(exc).strip()}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    now = await anyio.to_thread.run_sync(_wait_setting, p.dsn, p.name, state["before"])
+    result: dict[str, Any] = {"name": p.name, "before": state["before"], "now": now}
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
-from faultplane.drivers.leases import leased_revert, revert_recipe
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_recipe, withdraw
 from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
@@ -328,6 +328,134 @@ async def evict_keys(ctx: ActivityContext, p: EvictParams) -> dict[str, Any]:
         "evicted": deleted,
         "keys": [base64.b64decode(k).decode(errors="replace") for k, _, _ in saved][:100],
     }
+
+
+# --- maxmemory pressure ---------------------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "restore_config")
+def _recipe_restore_config(args: dict[str, Any]) -> None:
+    with _client(args["url"]) as r:
+        current = r.config_get(*args["applied"])
+        # a value someone changed again since the fault is theirs: put back only what is still ours
+        back = {k: v for k, v in args["previous"].items() if str(current.get(k)) == str(args["applied"][k])}
+        if back:
+            r.execute_command("CONFIG", "SET", *[x for kv in back.items() for x in kv])
+
+
+class MaxmemoryParams(_Url):
+    maxmemory_bytes: int | None = Field(
+        default=None, ge=1_048_576, description="the new limit; omit to set it just above what is used now"
+    )
+    headroom_bytes: int = Field(
+        default=1_048_576, ge=0, description="with maxmemory_bytes omitted: used memory + this much"
+    )
+    policy: Literal[
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+        "noeviction",
+    ] = Field(default="allkeys-lru", description="noeviction makes writes fail with OOM instead of evicting")
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+@action("redis", "maxmemory_pressure", MaxmemoryParams, fault_type="resource_exhaustion")
+async def maxmemory_pressure(ctx: ActivityContext, p: MaxmemoryParams) -> dict[str, Any]:
+    """CONFIG SET maxmemory (default: just above current use) and maxmemory-policy, so new writes evict keys
+    (or fail with OOM under noeviction). Rollback restores both values."""
+    client = await anyio.to_thread.run_sync(_connected, p.url)
+    try:
+
+        def read() -> tuple[dict[str, str], int]:
+            prev = client.config_get("maxmemory", "maxmemory-policy")
+            used = int(client.info("memory")["used_memory"])
+            return {k: str(v) for k, v in prev.items()}, used
+
+        try:
+            previous, used = await anyio.to_thread.run_sync(read)
+        except redis.RedisError as exc:
+            raise _err("CONFIG GET", exc, p.url) from None
+        limit = p.maxmemory_bytes if p.maxmemory_bytes is not None else used + p.headroom_bytes
+        applied = {"maxmemory": str(limit), "maxmemory-policy": p.policy}
+        entry = leased_revert(
+            ctx,
+            label=f"redis: restore maxmemory {previous.get('maxmemory')} ({previous.get('maxmemory-policy')})",
+            driver="redis",
+            revert="restore_config",
+            args={"url": p.url, "previous": previous, "applied": applied},
+        )
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: client.execute_command(
+                    "CONFIG", "SET", "maxmemory", limit, "maxmemory-policy", p.policy
+                )
+            )
+        except redis.ResponseError as exc:
+            withdraw(ctx, entry)  # CONFIG SET is atomic: refused means nothing changed
+            raise _err("CONFIG SET", exc, p.url) from None
+    finally:
+        client.close()
+    result: dict[str, Any] = {
+        "maxmemory": limit,
+        "used_memory": used,
+        "policy": p.policy,
+        "previous": previous,
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result
+
+
+# --- CLIENT KILL ----------------------------------------------------------------------------------------------
+
+
+class ClientKillParams(_Url, BlastRadius):
+    name_pattern: str | None = Field(default=None, description="regex on the client name (CLIENT SETNAME)")
+    addr_pattern: str | None = Field(default=None, description="regex on the client's ip:port")
+    user: str | None = Field(default=None, description="only clients authenticated as this ACL user")
+
+
+@action("redis", "client_kill", ClientKillParams, fault_type="error")
+def client_kill(ctx: ActivityContext, p: ClientKillParams) -> dict[str, Any]:
+    """CLIENT KILL the application's connections (normal clients matching the filters; blast radius: count or
+    percentage), never this action's own. Nothing to revert: a killed connection is gone; the fault tests
+    whether the application reconnects."""
+    import re
+
+    if p.name_pattern is None and p.addr_pattern is None and p.user is None:
+        raise DriverError(
+            "name_pattern: give name_pattern, addr_pattern or user: killing every client is refused"
+        )
+    try:
+        name_rx = re.compile(p.name_pattern) if p.name_pattern else None
+        addr_rx = re.compile(p.addr_pattern) if p.addr_pattern else None
+    except re.error as exc:
+        raise DriverError(f"name_pattern/addr_pattern: not a regex: {exc}") from None
+    with _connected(p.url) as r:
+        own = r.client_id()
+        matched = [
+            c
+            for c in r.client_list(_type="normal")
+            if int(c["id"]) != own
+            and (name_rx is None or name_rx.search(c.get("name", "")))
+            and (addr_rx is None or addr_rx.search(c.get("addr", "")))
+            and (p.user is None or c.get("user") == p.user)
+        ]
+        chosen = select_targets(
+            sorted(matched, key=lambda c: int(c["id"])), count=p.count, percentage=p.percentage, rng=ctx.rng
+        )
+        killed = []
+        for c in chosen:
+            try:
+                r.execute_command("CLIENT", "KILL", "ID", c["id"])
+                killed.append({"id": int(c["id"]), "addr": c.get("addr"), "name": c.get("name")})
+            except redis.ResponseError:
+                pass  # it left on its own meanwhile
+    return {"matched": len(matched), "killed": killed}
 
 
 # --- probes ---------------------------------------------------------------------------------------------------
