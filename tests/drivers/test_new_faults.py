@@ -155,3 +155,61 @@ async def test_redis_client_kill_drops_the_apps_connections_only(redis_server) -
         await get_activity("redis", "client_kill").invoke(ctx, {"url": redis_server.url})
     for c in [*apps, other]:
         c.close()
+
+
+async def test_postgres_idle_transactions_hold_row_locks_and_the_xmin_horizon(postgres_server) -> None:  # type: ignore[no-untyped-def]
+    dsn = postgres_server.dsn
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE IF NOT EXISTS idle_t (id int PRIMARY KEY, v int)")
+        c.execute("INSERT INTO idle_t VALUES (1, 0) ON CONFLICT DO NOTHING")
+    ctx = ActivityContext(run_id="idle")
+    out = await get_activity("postgres", "idle_transaction").invoke(
+        ctx, {"dsn": dsn, "sessions": 2, "statement": "SELECT 1 FROM idle_t WHERE id = 1 FOR SHARE"}
+    )
+    tag = out["application_name"]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT state, backend_xid IS NOT NULL FROM pg_stat_activity WHERE application_name = %s", [tag]
+        ).fetchall()
+        assert rows == [("idle in transaction", True)] * 2
+        c.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            c.execute("UPDATE idle_t SET v = v + 1 WHERE id = 1")  # the held row lock blocks the writer
+    assert len(leases.list_leases()) == 1
+    assert [e for _, e in await ctx.revert_all()] == [None]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [tag]
+        ).fetchone() == (0,)
+        c.execute("SET lock_timeout = '2s'")
+        c.execute("UPDATE idle_t SET v = v + 1 WHERE id = 1")
+    assert leases.list_leases() == []
+    bad = ActivityContext(run_id="idle2")
+    with pytest.raises(DriverError, match=r"^statement: .*no_such_table"):
+        await get_activity("postgres", "idle_transaction").invoke(
+            bad, {"dsn": dsn, "statement": "SELECT * FROM no_such_table"}
+        )
+    assert bad.reverts == [] and leases.list_leases() == []
+
+
+async def test_redis_mass_expiry_expires_keys_together_and_reverts(redis_server) -> None:  # type: ignore[no-untyped-def]
+    r = redis.Redis.from_url(redis_server.url)
+    r.flushdb()
+    for i in range(50):
+        r.set(f"cache:{i}", f"v{i}")
+    r.set("cache:ttl", "t", ex=3600)
+    r.set("other", "o")
+    ctx = ActivityContext(run_id="exp")
+    out = await get_activity("redis", "mass_expire").invoke(
+        ctx, {"url": redis_server.url, "pattern": "cache:*", "seconds": 0.3}
+    )
+    assert out["matched"] == 51 and out["expiring"] == 51
+    time.sleep(0.6)
+    assert r.keys("cache:*") == [] and r.get("other") == b"o"  # all gone at once; the rest untouched
+    r.set("cache:7", "app-rewrote")  # the application refills one key during the stampede
+    assert [e for _, e in await ctx.revert_all()] == [None]
+    assert len(r.keys("cache:*")) == 51
+    assert r.get("cache:7") == b"app-rewrote" and r.get("cache:8") == b"v8"
+    assert 3500 < r.ttl("cache:ttl") <= 3600 and r.ttl("cache:9") == -1  # each key's own TTL back
+    r.flushdb()
+    r.close()

@@ -525,3 +525,71 @@ async def set_parameter(ctx: ActivityContext, p: ParameterParams) -> dict[str, A
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["restored_after_s"] = p.duration_seconds
     return result
+
+
+# --- long / idle transactions ---------------------------------------------------------------------------------
+
+
+class IdleTransactionParams(_Dsn):
+    sessions: int = Field(default=1, ge=1, le=100, description="transactions to hold open")
+    statement: str | None = Field(
+        default=None,
+        max_length=10_000,
+        description="run inside each transaction first, e.g. SELECT ... FOR UPDATE to hold row locks",
+    )
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="end them after this long; omit to hold until rollback"
+    )
+
+
+def _open_idle(conns: list[psycopg.Connection[Any]], statement: str | None) -> list[int]:
+    xids = []
+    for conn in conns:
+        conn.execute("BEGIN")
+        xids.append(int(_scalar(conn, "SELECT txid_current()")))  # an xid: holds back vacuum's horizon
+        if statement:
+            conn.execute(statement)
+    return xids
+
+
+@action("postgres", "idle_transaction", IdleTransactionParams, fault_type="resource_exhaustion")
+async def idle_transaction(ctx: ActivityContext, p: IdleTransactionParams) -> dict[str, Any]:
+    """Hold ``sessions`` transactions open and idle ("idle in transaction"), each with an xid (so vacuum
+    cannot clean up behind them) and, with ``statement``, the locks it took. Rollback ends the sessions
+    (``pg_terminate_backend`` by their tag, so the watchdog can do it too)."""
+    tag = _tag("idle")
+
+    def connect() -> list[psycopg.Connection[Any]]:
+        conns: list[psycopg.Connection[Any]] = []
+        try:
+            for _ in range(p.sessions):
+                conns.append(_connect(p.dsn, application_name=tag, autocommit=True))
+        except DriverError:
+            for c in conns:
+                c.close()
+            raise
+        return conns
+
+    conns = await anyio.to_thread.run_sync(connect)  # no connection, nothing applied, no lease
+    with _held_lock:
+        _held[tag] = conns
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: end {p.sessions} idle transaction(s) ({tag})",
+        driver="postgres",
+        revert="terminate_tagged",
+        args={"dsn": p.dsn, "application_name": tag},
+        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
+    )
+    try:
+        xids = await anyio.to_thread.run_sync(_open_idle, conns, p.statement)
+    except psycopg.Error as exc:
+        await revert_now(ctx, entry)
+        raise DriverError(f"statement: {mask_text(str(exc).strip())}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {"application_name": tag, "sessions": p.sessions, "xids": xids}
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["ended_after_s"] = p.duration_seconds
+    return result

@@ -330,6 +330,70 @@ async def evict_keys(ctx: ActivityContext, p: EvictParams) -> dict[str, Any]:
     }
 
 
+# --- mass expiry ----------------------------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "unexpire")
+def _recipe_unexpire(args: dict[str, Any]) -> dict[str, int]:
+    """Put back each key's original TTL; RESTORE the ones that expired (without REPLACE: a key the application
+    re-created meanwhile keeps the application's value and TTL)."""
+    restored = reset = 0
+    with _client(args["url"]) as r:
+        for key_b64, ttl, dump_b64, expire_at_ms in args["keys"]:
+            key = base64.b64decode(key_b64)
+            if r.exists(key):
+                # ours only while it still carries the TTL the fault gave it
+                if abs(int(r.pexpiretime(key)) - int(expire_at_ms)) <= 5:
+                    r.persist(key) if not ttl else r.pexpire(key, int(ttl))
+                    reset += 1
+                continue
+            try:
+                r.restore(key, max(0, int(ttl)), base64.b64decode(dump_b64))
+                restored += 1
+            except redis.ResponseError as exc:
+                if "BUSYKEY" not in str(exc) and "already exists" not in str(exc):
+                    raise
+    return {"restored": restored, "ttl_reset": reset}
+
+
+class ExpireParams(EvictParams):
+    seconds: float = Field(default=1.0, gt=0, le=86_400, description="every chosen key expires after this")
+
+
+@action("redis", "mass_expire", ExpireParams, fault_type="error")
+async def mass_expire(ctx: ActivityContext, p: ExpireParams) -> dict[str, Any]:
+    """Give matching keys (blast radius) one TTL so they all expire at the same moment: a cache stampede.
+    Rollback RESTOREs the expired ones and puts back every key's own TTL."""
+    try:
+        saved, matched = await anyio.to_thread.run_sync(_evict, p.url, p, ctx.rng)
+    except redis.RedisError as exc:
+        raise _err("SCAN/DUMP", exc, p.url) from None
+    expire_at_ms = int((time.time() + p.seconds) * 1000)
+    entry = leased_revert(
+        ctx,
+        label=f"redis: restore {len(saved)} mass-expired keys",
+        driver="redis",
+        revert="unexpire",
+        args={"url": p.url, "keys": [[k, ttl, d, expire_at_ms] for k, ttl, d in saved]},
+    )
+
+    def expire() -> int:
+        with _client(p.url) as r:
+            pipe = r.pipeline(transaction=True)  # one moment for all of them
+            for k, _, _ in saved:
+                pipe.pexpireat(base64.b64decode(k), expire_at_ms)
+            return sum(1 for ok in pipe.execute() if ok)
+
+    try:
+        done = await anyio.to_thread.run_sync(expire)
+    except redis.RedisError as exc:
+        from faultplane.drivers.leases import revert_now
+
+        await revert_now(ctx, entry)
+        raise _err("PEXPIREAT", exc, p.url) from None
+    return {"matched": matched, "expiring": done, "expire_at_ms": expire_at_ms}
+
+
 # --- maxmemory pressure ---------------------------------------------------------------------------------------
 
 
