@@ -46,6 +46,7 @@ BUILTIN_DRIVERS = (
     "faultplane.drivers.kubernetes",
     "faultplane.drivers.ssh",
     "faultplane.drivers.hostnet",
+    "faultplane.drivers.hostres",
     "faultplane.drivers.faults",
 )
 
