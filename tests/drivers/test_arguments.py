@@ -188,3 +188,81 @@ def test_journal_after_sigkill_tells_what_the_watchdog_reverted(
             text = lock.read_text().strip()
             if text.isdigit() and psutil.pid_exists(int(text)):
                 psutil.Process(int(text)).send_signal(signal.SIGTERM)
+
+
+def test_a_secret_from_the_experiment_is_sealed_end_to_end_and_the_watchdog_still_reverts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_auth_server
+) -> None:  # type: ignore[no-untyped-def]
+    import redis
+
+    from conftest import REDIS_PASSWORD
+
+    monkeypatch.delenv("FAULTPLANE_NO_WATCHDOG", raising=False)
+    monkeypatch.setenv("FAULTPLANE_POLICY", str(_lab_policy(tmp_path)))
+    monkeypatch.setenv("FP_TEST_REDIS_PW", REDIS_PASSWORD)
+    marker = tmp_path / "marker.txt"
+    host = f"127.0.0.1:{redis_auth_server.port}"
+    doc = {
+        "title": "secret in a url",
+        "secrets": {"redis": {"pw": {"type": "env", "key": "FP_TEST_REDIS_PW"}}},
+        "configuration": {"lease_ttl_s": 5},
+        "method": [
+            {
+                "type": "action",
+                "name": "pause-writes",
+                "provider": {
+                    "type": "driver",
+                    "driver": "redis",
+                    "name": "client_pause",
+                    "arguments": {"url": f"redis://:${{pw}}@{host}/0", "timeout_ms": 60000, "mode": "WRITE"},
+                },
+            },
+            {
+                "type": "action",
+                "name": "wait",
+                "provider": {
+                    "type": "python",
+                    "module": "ctk_helpers",
+                    "func": "slow",
+                    "arguments": {"seconds": 30, "marker": str(marker)},
+                },
+            },
+        ],
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = start_run(path, marker)
+    url = f"redis://:{REDIS_PASSWORD}@{host}/0"
+    client = redis.Redis.from_url(url, socket_timeout=0.3)
+    try:
+        with pytest.raises(redis.TimeoutError):
+            client.set("k", "v")  # the pause is in force
+        [lease] = leases.list_leases()
+        assert lease.key_id is not None and "***" in lease.label
+        for f in leases.lease_dir().rglob("*"):
+            if f.is_file():
+                assert REDIS_PASSWORD.encode() not in f.read_bytes(), f
+        proc.kill()
+        proc.wait(10)
+        t0 = time.monotonic()
+        while True:
+            try:
+                client.set("k", "v")
+                break
+            except redis.TimeoutError:
+                assert time.monotonic() - t0 < 10, "the watchdog never lifted the pause"
+        listing = cli("runs", "list", "--format", "json")
+        run_id = json.loads(listing.stdout)[0]["run_id"]
+        shown = cli("journal", "show", run_id, "--format", "json").stdout
+        assert REDIS_PASSWORD not in shown and "lease watchdog reverted 1" in shown
+        for f in leases.lease_dir().rglob("*"):
+            if f.is_file():
+                assert REDIS_PASSWORD.encode() not in f.read_bytes(), f
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.kill()
+        for lock in leases.lease_dir().glob("watchdog*.lock"):
+            text = lock.read_text().strip()
+            if text.isdigit() and psutil.pid_exists(int(text)):
+                psutil.Process(int(text)).send_signal(signal.SIGTERM)

@@ -532,7 +532,11 @@ def reap(
         if reason is None:
             continue
         kids = sealing.sealed_key_ids(lease.args)
-        if kids - set(held) and any(_lock_held(_watchdog_lock(directory, k)) for k in kids):
+        missing = kids - set(held)
+        # a key holder is alive: its watchdog, or the controller itself (whose watchdog may be starting)
+        if missing and (
+            lease.controller_alive() or any(_lock_held(_watchdog_lock(directory, k)) for k in missing)
+        ):
             if force and not lease.extra.get("forced"):
                 claimed = _claim(lease.lease_id, directory)
                 if claimed is not None:
@@ -643,7 +647,8 @@ def ensure_watchdog(directory: Path | None = None) -> int | None:
         proc.stdin.close()
     except BrokenPipeError:
         return None
-    # The watchdog holds its lock before the controller applies anything: wait (bounded) for it.
+    # Wait (bounded; once per watchdog start) until it holds its lock: from then on a reaper without the key
+    # (`reap`, the kill switch) sees a live key holder and hands it the lease instead of parking it.
     deadline = time.monotonic() + 5.0
     while not _lock_held(lock) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
