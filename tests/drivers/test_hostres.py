@@ -142,3 +142,71 @@ async def test_exhaust_fds_makes_open_fail_with_emfile_and_revert_restores(tmp_p
     finally:
         target.kill()
         target.wait(5)
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+CLOCK_TARGET = textwrap.dedent(
+    """
+    import os, sys, time
+    out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)
+    while True:
+        os.pwrite(out, f"{time.time():.3f}".ljust(32).encode(), 0)
+        time.sleep(0.02)
+    """
+)
+
+
+def _skew(status: Path) -> float:
+    """The target's clock minus the real one, as the target itself reports it."""
+    text = status.read_text().strip() if status.exists() else ""
+    return float(text) - time.time() if text else float("nan")
+
+
+async def test_clock_skew_shifts_only_the_faketime_process_and_reverts(tmp_path: Path) -> None:
+    if not LIBFAKETIME.exists():
+        pytest.skip("libfaketime is not installed (apt-get install -y libfaketime)")
+    stamp = tmp_path / "app.faketime"
+    status = tmp_path / "clock"
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME_TIMESTAMP_FILE": str(stamp),
+        "FAKETIME_NO_CACHE": "1",
+    }
+    target = subprocess.Popen([sys.executable, "-c", CLOCK_TARGET, str(status)], env=env)
+
+    def wait_for(pred, what: str) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 10
+        while not pred():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.02)
+
+    try:
+        wait_for(lambda: abs(_skew(status)) < 2, "the target's clock is not the real one to start with")
+        ctx = ActivityContext(run_id="clk")
+        out = await get_activity("hostres", "clock_skew").invoke(
+            ctx, {"timestamp_file": str(stamp), "offset_seconds": 3600}
+        )
+        assert out["previous"] is None
+        wait_for(lambda: 3595 < _skew(status) < 3605, "the target never saw the skew")
+        assert [e for _, e in await ctx.revert_all()] == [None]
+        wait_for(lambda: abs(_skew(status)) < 2, "the clock was not put back")
+        assert stamp.read_text().strip() == "+0"
+        # backwards, then a revert to a value an operator had set before
+        stamp.write_text("+60\n")
+        await get_activity("hostres", "clock_skew").invoke(
+            ctx, {"timestamp_file": str(stamp), "offset_seconds": -86400}
+        )
+        wait_for(lambda: -86405 < _skew(status) < -86395, "the target never went back a day")
+        assert [e for _, e in await ctx.revert_all()] == [None]
+        assert stamp.read_text() == "+60\n"
+        assert leases.list_leases() == []
+        with pytest.raises(DriverError, match=r"^timestamp_file: directory"):
+            await get_activity("hostres", "clock_skew").invoke(
+                ctx, {"timestamp_file": str(tmp_path / "no" / "f"), "offset_seconds": 1}
+            )
+        assert ctx.reverts == [] and leases.list_leases() == []
+    finally:
+        target.kill()
+        target.wait(5)

@@ -180,3 +180,72 @@ async def exhaust_fds(ctx: ActivityContext, p: FdParams) -> dict[str, Any]:
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["restored_after_s"] = p.duration_seconds
     return result
+
+
+# --- clock skew (libfaketime) ---------------------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.faultplane-{uuid.uuid4().hex[:6]}")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # libfaketime re-reads the file: it must never see half a value
+
+
+@revert_recipe("hostres", "restore_faketime")
+def _recipe_restore_faketime(args: dict[str, Any]) -> None:
+    path = Path(args["timestamp_file"])
+    try:
+        current = path.read_text()
+    except FileNotFoundError:
+        current = None
+    if current is not None and current.strip() != args["applied"]:
+        return  # someone set another time since the fault: theirs stands
+    _write_atomic(path, args["previous"] if args["previous"] is not None else "+0\n")
+
+
+class ClockSkewParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    timestamp_file: str = Field(
+        description="the FAKETIME_TIMESTAMP_FILE the target was started with (LD_PRELOAD=libfaketime.so.1, "
+        "FAKETIME_NO_CACHE=1 or a short FAKETIME_CACHE_DURATION)"
+    )
+    offset_seconds: int = Field(
+        ge=-315_360_000, le=315_360_000, description="how far the process's clock jumps (negative: back)"
+    )
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+@action("hostres", "clock_skew", ClockSkewParams, fault_type="error")
+async def clock_skew(ctx: ActivityContext, p: ClockSkewParams) -> dict[str, Any]:
+    """Shift the clock of processes running under libfaketime by ``offset_seconds``, by writing their
+    timestamp file; they see it at their next clock read (with FAKETIME_NO_CACHE=1). Rollback writes back
+    what the file held (``+0`` if there was none). Other processes and the host clock are untouched."""
+    path = Path(p.timestamp_file)
+    if not path.parent.is_dir():
+        raise DriverError(f"timestamp_file: directory {str(path.parent)!r} does not exist")
+    if path.exists() and not path.is_file():
+        raise DriverError(f"timestamp_file: {p.timestamp_file!r} is not a regular file")
+    previous = path.read_text() if path.exists() else None
+    applied = f"{p.offset_seconds:+d}"
+    entry = leased_revert(
+        ctx,
+        label=f"hostres: restore faketime {p.timestamp_file}",
+        driver="hostres",
+        revert="restore_faketime",
+        args={"timestamp_file": str(path), "previous": previous, "applied": applied},
+    )
+    try:
+        _write_atomic(path, applied + "\n")
+    except OSError as exc:
+        from faultplane.drivers.leases import withdraw
+
+        withdraw(ctx, entry)  # the file was not replaced
+        raise DriverError(f"timestamp_file: cannot write {p.timestamp_file!r}: {exc.strerror}") from None
+    result: dict[str, Any] = {
+        "timestamp_file": str(path),
+        "offset_seconds": p.offset_seconds,
+        "previous": previous,
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result
