@@ -9,6 +9,12 @@ Three parties may revert a lease and exactly one must: the controller's own reve
 (``python -m faultplane.drivers.leases watch``, started detached with the first lease) and ``faultplane
 drivers leases reap``. Each claims the lease by renaming its file first; ``rename`` is atomic, so the loser
 sees the file gone and does nothing.
+
+Lease files are private (0600 in a 0700 folder). Credentials in a recipe's args are sealed with a key only the
+controller and its own watchdog hold (:mod:`faultplane.drivers.sealing`), so one watchdog runs per controller.
+A lease is written just before a change that reached its target; an action that failed before applying
+anything withdraws it (:func:`withdraw`). Every reap is recorded in ``outcomes.jsonl`` (:func:`outcomes`),
+from which a crashed run's journal is completed.
 """
 
 from __future__ import annotations
