@@ -213,3 +213,27 @@ async def test_redis_mass_expiry_expires_keys_together_and_reverts(redis_server)
     assert 3500 < r.ttl("cache:ttl") <= 3600 and r.ttl("cache:9") == -1  # each key's own TTL back
     r.flushdb()
     r.close()
+
+
+@pytest.mark.parametrize("mode", ["immediate", "fast"])
+async def test_postgres_restart_cuts_sessions_and_the_server_comes_back(
+    postgres_server, mode: str, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    dsn = postgres_server.dsn
+    app = psycopg.connect(dsn, autocommit=True)
+    started = app.execute("SELECT pg_postmaster_start_time()").fetchone()[0]  # type: ignore[index]
+    ctx = ActivityContext(run_id="rst")
+    out = await get_activity("postgres", "restart").invoke(
+        ctx, {"dsn": dsn, "data_dir": str(postgres_server.data_dir), "mode": mode}
+    )
+    assert out["recovered_in_s"] > 0
+    with pytest.raises(psycopg.OperationalError):
+        app.execute("SELECT 1")  # the application's session was cut
+    app.close()
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SELECT pg_postmaster_start_time()").fetchone()[0] > started  # type: ignore[index]
+        assert c.execute("SHOW max_connections").fetchone() == ("60",)  # same options as before
+    assert ctx.reverts == [] and leases.list_leases() == []
+    with pytest.raises(DriverError, match=r"^data_dir: .* is not a PostgreSQL data directory"):
+        await get_activity("postgres", "restart").invoke(ctx, {"dsn": dsn, "data_dir": str(tmp_path)})
+    assert ctx.reverts == [] and leases.list_leases() == []

@@ -10,10 +10,15 @@ slot, which a fault that took every slot (for a non-superuser, the reserved ones
 from __future__ import annotations
 
 import contextlib
+import os
+import pwd
+import shutil
 import statistics
+import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -593,3 +598,102 @@ async def idle_transaction(ctx: ActivityContext, p: IdleTransactionParams) -> di
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["ended_after_s"] = p.duration_seconds
     return result
+
+
+# --- server restart / crash -----------------------------------------------------------------------------------
+
+
+def _pg_ctl(data_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    version = (data_dir / "PG_VERSION").read_text().strip()
+    exe = Path(f"/usr/lib/postgresql/{version}/bin/pg_ctl")
+    if not exe.exists():
+        found = shutil.which("pg_ctl")
+        if found is None:
+            raise DriverError(f"data_dir: no pg_ctl for PostgreSQL {version} on this host")
+        exe = Path(found)
+    prefix: list[str] = []
+    owner = data_dir.stat().st_uid
+    if os.geteuid() == 0 and owner != 0:
+        prefix = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--"]  # pg_ctl refuses to run as root
+    return subprocess.run(
+        [*prefix, str(exe), "-D", str(data_dir), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@revert_recipe("postgres", "ensure_running")
+def _recipe_ensure_running(args: dict[str, Any]) -> None:
+    data_dir = Path(args["data_dir"])
+    if _pg_ctl(data_dir, "status").returncode == 0:
+        return  # running: nothing to undo
+    log = str(data_dir / "faultplane-pg_ctl.log")
+    res = _pg_ctl(data_dir, "start", "-w", "-t", "60", "-l", log)
+    if res.returncode != 0:
+        raise DriverError(
+            f"data_dir: pg_ctl start failed: {' '.join((res.stderr or res.stdout).split())[:300]}"
+        )
+
+
+class RestartParams(_Dsn):
+    data_dir: str = Field(description="the server's data directory on this host (pg_ctl -D)")
+    mode: Literal["fast", "immediate"] = Field(
+        default="fast",
+        description="fast: clean shutdown; immediate: a crash, the restart runs crash recovery",
+    )
+    timeout_seconds: float = Field(
+        default=60, gt=0, le=600, description="give up waiting for it to come back"
+    )
+
+
+@action("postgres", "restart", RestartParams, fault_type="error")
+async def restart(ctx: ActivityContext, p: RestartParams) -> dict[str, Any]:
+    """Restart a local server with pg_ctl (``immediate``: crash and recover); every session is cut. Returns
+    once it accepts queries again (``recovered_in_s``). The lease starts the server if it is left down."""
+    data_dir = Path(p.data_dir)
+    if not (data_dir / "PG_VERSION").exists():
+        raise DriverError(f"data_dir: {p.data_dir!r} is not a PostgreSQL data directory")
+    if not (data_dir / "postmaster.pid").exists():
+        raise DriverError(f"data_dir: no server is running on {p.data_dir!r} (no postmaster.pid)")
+
+    def start_time() -> str:
+        with _connect(p.dsn) as conn:
+            return str(_scalar(conn, "SELECT pg_postmaster_start_time()"))
+
+    before = await anyio.to_thread.run_sync(start_time)  # the DSN must reach this server before we touch it
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: make sure the server in {p.data_dir} runs",
+        driver="postgres",
+        revert="ensure_running",
+        args={"data_dir": str(data_dir)},
+    )
+    t0 = time.monotonic()
+    log = str(data_dir / "faultplane-pg_ctl.log")
+    args = ("restart", "-m", p.mode, "-w", "-t", str(int(p.timeout_seconds)), "-l", log)
+    res = await anyio.to_thread.run_sync(lambda: _pg_ctl(data_dir, *args, timeout=p.timeout_seconds + 10))
+    if res.returncode != 0:
+        await revert_now(ctx, entry)
+        raise DriverError(
+            f"data_dir: pg_ctl restart failed: {' '.join((res.stderr or res.stdout).split())[:300]}"
+        )
+
+    def back() -> str:
+        deadline = time.monotonic() + p.timeout_seconds
+        while True:
+            try:
+                return start_time()
+            except DriverError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    after = await anyio.to_thread.run_sync(back)
+    recovered = time.monotonic() - t0
+    from faultplane.drivers.leases import withdraw
+
+    withdraw(ctx, entry)  # it runs again: nothing is left to revert
+    return {
+        "mode": p.mode,
+        "started_before": before,
+        "started_after": after,
+        "recovered_in_s": round(recovered, 3),
+    }
