@@ -8,10 +8,16 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v clickhouse-server >/dev/null || command -v clickhouse >/dev/null || need+=(clickhouse-server)
 test -x /usr/sbin/sshd || need+=(openssh-server)
 command -v chromium >/dev/null || need+=(chromium)
+# host network and resource faults: nftables/tc in network namespaces the tests create, libfaketime
+command -v nft >/dev/null || need+=(nftables)
+command -v iptables >/dev/null || need+=(iptables)
+command -v ip >/dev/null || need+=(iproute2)
+command -v ping >/dev/null || need+=(iputils-ping)
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(libfaketime)
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-echo "services installed: postgresql redis-server clickhouse-server openssh-server chromium"
+echo "services installed: postgresql redis-server clickhouse-server openssh-server chromium nftables iptables iproute2 libfaketime"

@@ -21,3 +21,191 @@ def lease_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("FAULTPLANE_NO_WATCHDOG", None)
     return env
+
+
+# --- servers for the failure variants (shared per session) ------------------------------------------------------
+
+REDIS_PASSWORD = "Zq9s3cr3tPW77x"
+
+
+@pytest.fixture(scope="session")
+def redis_auth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A second Redis that requires a password (``REDIS_PASSWORD``): wrong and missing passwords are refused."""
+    import shutil
+    import subprocess
+
+    from servers import RedisServer, _free_port, _stop, _wait_port
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (run `make services`)")
+    base = tmp_path_factory.mktemp("redis-auth")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            *(exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+            *("--dir", str(base), "--requirepass", REDIS_PASSWORD, "--logfile", str(base / "redis.log")),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_port(port, proc, "redis-server", base / "redis.log")
+        yield RedisServer("127.0.0.1", port)
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def silent_port():  # type: ignore[no-untyped-def]
+    """A loopback port that accepts connections and never sends a byte (a hung server)."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            held.append(conn)  # keep it open, say nothing
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    t.join(2)
+    for c in held:
+        c.close()
+    srv.close()
+
+
+@pytest.fixture(scope="session")
+def netproxy_control():  # type: ignore[no-untyped-def]
+    """A standalone netproxy process (route ``default`` to a closed port) and its control URL."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env["FAULTPLANE_NO_WATCHDOG"] = "1"
+    proxy = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "faultplane.drivers.netproxy", "--upstream", "127.0.0.1:9"),
+            *("--control", "127.0.0.1:0", "--no-registry"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        info = json.loads(proxy.stdout.readline())  # type: ignore[union-attr]
+        yield info["control"]
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+
+
+# --- a pair of network namespaces joined by a veth pair, for host network faults --------------------------------
+
+NETNS_SERVER = r"""
+import socket, sys, threading
+host = sys.argv[1]
+
+def echo(port):
+    srv = socket.create_server((host, port), backlog=128)
+    while True:
+        c, _ = srv.accept()
+        def serve(c=c):
+            with c:
+                while data := c.recv(65536):
+                    c.sendall(data)
+        threading.Thread(target=serve, daemon=True).start()
+
+def source(port):
+    srv = socket.create_server((host, port), backlog=128)
+    while True:
+        c, _ = srv.accept()
+        with c:
+            c.sendall(b"x" * 262144)
+
+def udp(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((host, port))
+    while True:
+        data, addr = s.recvfrom(2048)
+        s.sendto(data, addr)
+
+for f, p in ((echo, 7000), (source, 7001), (echo, 7002), (udp, 7003)):
+    threading.Thread(target=f, args=(p,), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+class NetnsPair:
+    def __init__(self, a: str, b: str, veth_a: str, veth_b: str, ip_a: str, ip_b: str) -> None:
+        self.a, self.b, self.veth_a, self.veth_b, self.ip_a, self.ip_b = a, b, veth_a, veth_b, ip_a, ip_b
+
+    def client(self, code: str, *args: str, timeout: float = 30) -> dict:  # type: ignore[type-arg]
+        """Run a Python snippet inside namespace A (the client side); it prints one JSON line."""
+        import json
+        import subprocess
+        import sys
+
+        out = subprocess.run(
+            ["ip", "netns", "exec", self.a, sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="session")
+def netns_pair():  # type: ignore[no-untyped-def]
+    """Namespaces A and B joined by veth (10.213.N.1 <-> 10.213.N.2), servers in B: TCP echo on 7000 and 7002,
+    a 256 KiB source on 7001, UDP echo on 7003. Needs root."""
+    import random
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("nft") is None:
+        pytest.skip("host network faults need root, iproute2 and nftables")
+    tag = f"{random.randrange(16**6):06x}"
+    n = random.randrange(1, 250)
+    a, b, va, vb = f"fpA-{tag}", f"fpB-{tag}", f"fpa{tag}", f"fpb{tag}"
+    ip_a, ip_b = f"10.213.{n}.1", f"10.213.{n}.2"
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=10)
+
+    server = None
+    try:
+        sh("ip", "netns", "add", a)
+        sh("ip", "netns", "add", b)
+        sh("ip", "link", "add", va, "netns", a, "type", "veth", "peer", "name", vb, "netns", b)
+        for ns, dev, ip in ((a, va, ip_a), (b, vb, ip_b)):
+            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", b, sys.executable, "-c", NETNS_SERVER, ip_b],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        yield NetnsPair(a, b, va, vb, ip_a, ip_b)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait(5)
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)

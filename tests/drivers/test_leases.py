@@ -100,11 +100,14 @@ def _wait(pred, timeout: float) -> float | None:  # type: ignore[no-untyped-def]
 
 
 def _stop_watchdog() -> None:
-    lock = leases.lease_dir() / "watchdog.lock"
-    if lock.exists() and lock.read_text().strip().isdigit():
-        pid = int(lock.read_text())
-        if psutil.pid_exists(pid) and "faultplane.drivers.leases" in " ".join(psutil.Process(pid).cmdline()):
-            os.kill(pid, signal.SIGTERM)
+    # one watchdog per controller process (each holds its controller's sealing key)
+    for lock in leases.lease_dir().glob("watchdog*.lock"):
+        if lock.read_text().strip().isdigit():
+            pid = int(lock.read_text())
+            if psutil.pid_exists(pid) and "faultplane.drivers.leases" in " ".join(
+                psutil.Process(pid).cmdline()
+            ):
+                os.kill(pid, signal.SIGTERM)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ A driver module registers its activities with `@action(...)` / `@probe(...)`. Ea
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -21,10 +22,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 __all__ = [
     "ActivityContext",
     "ActivitySpec",
+    "ArgumentError",
     "DriverError",
     "NoParams",
     "RevertEntry",
     "action",
+    "check_arguments",
     "get_activity",
     "list_activities",
     "load_builtin_drivers",
@@ -42,6 +45,8 @@ BUILTIN_DRIVERS = (
     "faultplane.drivers.script",
     "faultplane.drivers.kubernetes",
     "faultplane.drivers.ssh",
+    "faultplane.drivers.hostnet",
+    "faultplane.drivers.hostres",
     "faultplane.drivers.faults",
 )
 
@@ -73,6 +78,8 @@ class ActivityContext:
     reverts: list[RevertEntry] = field(default_factory=list)
     # Set by the engine so drivers can record lease ids against the run's store.
     store_path: str | None = None
+    # The run's secret values: leases seal any argument holding one and mask it in labels.
+    secret_values: list[str] = field(default_factory=list)
     # Set by the engine while nothing else shares its loop: blocking python functions may then run inline.
     inline: bool = False
 
@@ -233,9 +240,151 @@ def list_activities(driver: str | None = None) -> list[ActivitySpec]:
     )
 
 
+@dataclass(frozen=True)
+class ArgumentError:
+    """One problem with a driver activity's arguments, found before anything runs.
+
+    ``field`` is relative to the provider (``driver``, ``name`` or ``arguments.<name>``); prefix it with the
+    activity's place in the experiment (``method[1].provider.``)."""
+
+    field: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message} (fix: {self.fix})"
+
+
+def _spec_or_none(driver: str, name: str) -> ActivitySpec | None:
+    spec = _REGISTRY.get((driver, name))
+    if spec is None and not _loaded:
+        # the named driver's own module first: importing every driver costs more than phase 0 should
+        if driver.isidentifier():
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"faultplane.drivers.{driver}")
+        spec = _REGISTRY.get((driver, name))
+    if spec is None:
+        load_builtin_drivers()
+        spec = _REGISTRY.get((driver, name))
+    return spec
+
+
+def check_arguments(driver: str, name: str, arguments: Any) -> list[ArgumentError]:
+    """Check a driver activity's name and arguments against its declared parameters, without running it.
+
+    Unknown driver or activity, unknown argument names (with the closest declared one), missing required
+    arguments and wrong types are all reported at once. A string still holding a ``${...}`` placeholder is
+    not type-checked (it is resolved later); phase 0 checks resolved arguments, so nothing escapes."""
+    import difflib
+
+    spec = _spec_or_none(driver, name)
+    if spec is None:
+        drivers = sorted({d for d, _ in _REGISTRY})
+        if driver not in drivers:
+            close = difflib.get_close_matches(driver, drivers, n=1)
+            return [
+                ArgumentError(
+                    "driver",
+                    f"unknown driver {driver!r}",
+                    f"use {close[0]!r}" if close else f"one of: {', '.join(drivers)}",
+                )
+            ]
+        known = sorted(n for d, n in _REGISTRY if d == driver)
+        close = difflib.get_close_matches(name, known, n=1)
+        return [
+            ArgumentError(
+                "name",
+                f"driver {driver!r} has no activity {name!r}",
+                f"use {close[0]!r}" if close else f"one of: {', '.join(known)}",
+            )
+        ]
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return [
+            ArgumentError("arguments", "must be a mapping of argument names to values", "write name: value")
+        ]
+    try:
+        spec.params.model_validate(arguments)
+    except ValidationError as exc:
+        return _argument_errors(spec, arguments, exc)
+    return []
+
+
+def _declared(params: type[BaseModel]) -> dict[str, str]:
+    """Declared argument names (aliases too) -> a short description of what each takes."""
+    out = {}
+    for fname, f in params.model_fields.items():
+        ann = getattr(f.annotation, "__name__", None) or str(f.annotation).replace("typing.", "")
+        out[f.alias or fname] = ann
+    return out
+
+
+def _argument_errors(
+    spec: ActivitySpec, arguments: dict[str, Any], exc: ValidationError
+) -> list[ArgumentError]:
+    import difflib
+
+    declared = _declared(spec.params)
+    errors: list[ArgumentError] = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        where = "arguments." + ".".join(loc) if loc else "arguments"
+        value = err.get("input")
+        if isinstance(value, str) and "${" in value:
+            continue  # resolved later; phase 0 sees the value
+        if err["type"] == "extra_forbidden" and len(loc) == 1:
+            close = difflib.get_close_matches(loc[0], list(declared), n=1)
+            fix = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else f"{spec.qualified_name} takes: {', '.join(declared) or '(no arguments)'}"
+            )
+            errors.append(ArgumentError(where, f"{spec.qualified_name} has no argument {loc[0]!r}", fix))
+        elif err["type"] == "missing":
+            what = declared.get(loc[-1], "a value") if loc else "a value"
+            errors.append(
+                ArgumentError(where, f"{spec.qualified_name} requires it", f"add {'.'.join(loc)} ({what})")
+            )
+        else:
+            errors.append(
+                ArgumentError(
+                    where,
+                    f"{err['msg']} (got {value!r})"[:300],
+                    f"give {'.'.join(loc) or 'it'} a valid value",
+                )
+            )
+    return errors
+
+
 def _format_param_errors(where: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
         parts.append(f"{where}: arguments.{loc}: {err['msg']}")
     return "; ".join(parts)
+
+
+def experiment_argument_issues(experiment: Any, secret_values: list[str] | tuple[str, ...] = ()) -> list[Any]:
+    """Every driver activity's arguments in an experiment, checked before anything runs (phase 0): one
+    :class:`faultplane.core.formats.ValidationIssue` per problem, placed at the activity in the document."""
+    from faultplane.core.formats import ValidationIssue
+    from faultplane.drivers.sealing import mask_text
+
+    sections: list[tuple[str, list[Any]]] = []
+    hypo = getattr(experiment, "steady_state_hypothesis", None)
+    if hypo is not None:
+        sections.append(("steady-state-hypothesis.probes", list(hypo.probes)))
+    sections += [("method", list(experiment.method)), ("rollbacks", list(experiment.rollbacks))]
+    issues = []
+    for where, items in sections:
+        for i, item in enumerate(items):
+            provider = getattr(item, "provider", None)
+            if getattr(provider, "type", None) != "driver":
+                continue
+            for err in check_arguments(provider.driver, provider.name, provider.arguments):
+                message = mask_text(err.message, secret_values)  # resolved values may hold secrets
+                issues.append(
+                    ValidationIssue(field=f"{where}[{i}].provider.{err.field}", message=message, fix=err.fix)
+                )
+    return issues

@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 
 from faultplane.drivers.base import DriverError
+from faultplane.drivers.sealing import mask_text
 
 __all__ = ["hold_connections", "kill_holder", "spawn_holder"]
 
@@ -145,15 +146,25 @@ def spawn_holder(kind: str, target: str, tag: str, count: int | None, leave_free
     proc.stdin.close()
     line = _readline(proc, _SPAWN_TIMEOUT_S)
     proc.stdout.close()
+    field_name = "dsn" if kind == "postgres" else "url"
     if not line:
         kill_holder(tag)
-        raise DriverError(f"{kind}: the connection holder exited before holding any connection")
+        raise NothingApplied(
+            f"{field_name}: {kind}: the connection holder exited before holding any connection"
+        )
     report: dict[str, Any] = json.loads(line)
-    why = str(report.get("stopped_by", ""))
+    why = mask_text(str(report.get("stopped_by", "")))
+    report["stopped_by"] = why
     if why.startswith("error:") or report.get("opened", 0) == 0:
         kill_holder(tag)
-        raise DriverError(f"{kind}: cannot open a single connection: {why.removeprefix('error: ')}")
+        raise NothingApplied(
+            f"{field_name}: {kind}: cannot open a single connection: {why.removeprefix('error: ')}"
+        )
     return report
+
+
+class NothingApplied(DriverError):
+    """The holder could not open any connection: the fault applied nothing, so it needs no revert."""
 
 
 async def hold_connections(
@@ -172,20 +183,38 @@ async def hold_connections(
     own `revert` recipe (`revert_args`) must end the holder of `tag`."""
     import anyio
 
-    from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now
+    from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, withdraw
 
     entry = leased_revert(ctx, label=label, driver=kind, revert=revert, args=revert_args)
     try:
         report = await anyio.to_thread.run_sync(spawn_holder, kind, target, tag, p.connections, p.leave_free)
+    except NothingApplied:
+        withdraw(ctx, entry)  # the holder is gone and held nothing: no lease left behind to "revert"
+        raise
     except BaseException:
         await revert_now(ctx, entry)
         raise
+    held, asked = int(report["held"]), p.connections
     result: dict[str, Any] = {
-        "requested": p.connections,
-        "held": report["held"],
+        "requested": asked,
+        "held": held,
         "opened": report["opened"],
         "stopped_by": report["stopped_by"],
+        # what was achieved against what was asked, in one line a journal reader sees
+        "achieved": (
+            f"held {held} of {asked} requested connections"
+            + ("" if held >= asked else f" ({report['stopped_by']})")
+            if asked
+            else f"held {held} connections (every slot the server gave: {report['stopped_by']})"
+        ),
+        "shortfall": max(0, asked - held) if asked else 0,
     }
+    if asked and held < asked and getattr(p, "require_all", False):
+        await revert_now(ctx, entry)
+        raise DriverError(
+            f"connections: held only {held} of {asked} requested ({report['stopped_by']}); released them "
+            "(require_all is set)"
+        )
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["released_after_s"] = p.duration_seconds
     return result

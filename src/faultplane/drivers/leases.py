@@ -9,11 +9,18 @@ Three parties may revert a lease and exactly one must: the controller's own reve
 (``python -m faultplane.drivers.leases watch``, started detached with the first lease) and ``faultplane
 drivers leases reap``. Each claims the lease by renaming its file first; ``rename`` is atomic, so the loser
 sees the file gone and does nothing.
+
+Lease files are private (0600 in a 0700 folder). Credentials in a recipe's args are sealed with a key only the
+controller and its own watchdog hold (:mod:`faultplane.drivers.sealing`), so one watchdog runs per controller.
+A lease is written just before a change that reached its target; an action that failed before applying
+anything withdraws it (:func:`withdraw`). Every reap is recorded in ``outcomes.jsonl`` (:func:`outcomes`),
+from which a crashed run's journal is completed.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import fcntl
 import importlib
@@ -32,6 +39,7 @@ from typing import Any
 
 import psutil
 
+from faultplane.drivers import sealing
 from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry
 
 __all__ = [
@@ -43,12 +51,14 @@ __all__ = [
     "lease_dir",
     "leased_revert",
     "list_leases",
+    "outcomes",
     "reap",
     "release_lease",
     "revert_now",
     "revert_recipe",
     "run_recipe",
     "update_lease_args",
+    "withdraw",
 ]
 
 DEFAULT_TTL_S = 30.0
@@ -77,8 +87,16 @@ def revert_recipe(driver: str, name: str) -> Callable[[RecipeFn], RecipeFn]:
 def lease_dir() -> Path:
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     path = Path(state) / "faultplane" / "leases"
-    path.mkdir(parents=True, exist_ok=True)
+    _private_dir(path)
     return path
+
+
+def _private_dir(path: Path) -> None:
+    """A folder only its owner can list or enter: lease files name targets, and sealed secrets are still
+    nobody else's business."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
 
 
 def _proc_start_time(pid: int) -> float | None:
@@ -104,6 +122,8 @@ class Lease:
     attempts: int = 0
     last_error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # the sealing key of the controller that wrote it, when some of `args` are sealed (see sealing.py)
+    key_id: str | None = None
 
     @property
     def recipe(self) -> dict[str, Any]:
@@ -124,6 +144,8 @@ class Lease:
     def stale_reason(self, now: float | None = None) -> str | None:
         """Why this lease must be reaped now, or None while its controller holds it."""
         now = time.time() if now is None else now
+        if self.extra.get("forced"):
+            return "forced"
         if now >= self.expires_at:
             return "expired"
         if not self.controller_alive():
@@ -136,7 +158,9 @@ class Lease:
 
 def _write(lease: Lease, path: Path) -> None:
     tmp = path.with_suffix(f".tmp-{os.getpid()}-{threading.get_ident()}")
-    tmp.write_text(json.dumps(asdict(lease), sort_keys=True))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(asdict(lease), sort_keys=True))
     os.replace(tmp, path)
 
 
@@ -220,8 +244,12 @@ def create_lease(
     args: dict[str, Any],
     ttl_s: float = DEFAULT_TTL_S,
     start_watchdog: bool = True,
+    secret_values: list[str] | tuple[str, ...] = (),
 ) -> Lease:
-    """Write a lease for a fault about to be applied, keep it renewed, and make sure a watchdog runs."""
+    """Write a lease for a fault about to be applied, keep it renewed, and make sure a watchdog runs.
+
+    Sensitive strings in ``args`` (``secret_values``, URL passwords, ``password=``) are sealed with this
+    process's key (see :mod:`faultplane.drivers.sealing`) and the label is masked."""
     if (driver, revert) not in _RECIPES:
         _load_driver(driver)
     if (driver, revert) not in _RECIPES:
@@ -231,18 +259,20 @@ def create_lease(
     except TypeError as exc:
         raise DriverError(f"revert args for {driver}.{revert} must be JSON-serialisable: {exc}") from None
     now = time.time()
+    sealed, kid = sealing.seal(args, secret_values)
     lease = Lease(
         lease_id=f"{run_id}-{uuid.uuid4().hex[:12]}",
         run_id=run_id,
-        label=label,
+        label=sealing.mask_text(label, secret_values),
         driver=driver,
         revert=revert,
-        args=args,
+        args=sealed,
         controller_pid=os.getpid(),
         controller_started=_proc_start_time(os.getpid()),
         ttl_s=ttl_s,
         created_at=now,
         expires_at=now + ttl_s,
+        key_id=kid,
     )
     path = lease.path()
     _write(lease, path)
@@ -268,9 +298,12 @@ def _unclaim(claimed: Path, lease: Lease, directory: Path) -> None:
     claimed.unlink(missing_ok=True)
 
 
-def update_lease_args(lease_id: str, args: dict[str, Any]) -> bool:
+def update_lease_args(
+    lease_id: str, args: dict[str, Any], secret_values: list[str] | tuple[str, ...] = ()
+) -> bool:
     """Replace a live lease's revert arguments (e.g. with what the action reported). False if it is gone."""
     json.dumps(args)
+    sealed, kid = sealing.seal(args, secret_values)
     directory = lease_dir()
     claimed = _claim(lease_id, directory)  # hold it so no reaper reverts with the old arguments meanwhile
     if claimed is None:
@@ -279,7 +312,7 @@ def update_lease_args(lease_id: str, args: dict[str, Any]) -> bool:
     if lease is None:
         claimed.unlink(missing_ok=True)
         return False
-    lease.args = args
+    lease.args, lease.key_id = sealed, kid
     _unclaim(claimed, lease, directory)
     return True
 
@@ -332,7 +365,15 @@ def leased_revert(
     in-process revert fails, the lease is put back so the watchdog retries it.
     """
     ttl = ttl_s if ttl_s is not None else float(ctx.configuration.get("lease_ttl_s", DEFAULT_TTL_S))
-    lease = create_lease(run_id=ctx.run_id, label=label, driver=driver, revert=revert, args=args, ttl_s=ttl)
+    lease = create_lease(
+        run_id=ctx.run_id,
+        label=label,
+        driver=driver,
+        revert=revert,
+        args=args,
+        ttl_s=ttl,
+        secret_values=ctx.secret_values,
+    )
 
     async def _revert() -> None:
         import anyio
@@ -351,12 +392,21 @@ def leased_revert(
                     await result
         except BaseException as exc:
             lease.attempts += 1
-            lease.last_error = repr(exc)
+            lease.last_error = sealing.mask_text(f"{type(exc).__name__}: {exc}", ctx.secret_values)
             _unclaim(claimed, lease, directory)
             raise
         claimed.unlink(missing_ok=True)
 
     return ctx.on_revert(_revert, label=label, lease_id=lease.lease_id)
+
+
+def withdraw(ctx: ActivityContext, entry: RevertEntry) -> None:
+    """Take back a revert whose change was never applied (the action failed before touching anything):
+    no revert runs, and its lease is dropped so no watchdog retries undoing nothing."""
+    with contextlib.suppress(ValueError):
+        ctx.reverts.remove(entry)
+    if entry.lease_id is not None:
+        release_lease(entry.lease_id)
 
 
 async def revert_now(ctx: ActivityContext, entry: RevertEntry) -> None:
@@ -394,10 +444,91 @@ class ReapResult:
     error: str | None = None
 
 
-def reap(*, directory: Path | None = None, force: bool = False) -> list[ReapResult]:
-    """Revert every lease whose controller is dead or whose expiry passed (all of them with ``force``)."""
+_OUTCOMES = "outcomes.jsonl"
+
+
+def _record(directory: Path, lease: Lease, reason: str, ok: bool, error: str | None, *, parked: bool) -> None:
+    """Append what a reaper did to ``outcomes.jsonl``: the record a crashed run's journal is completed from."""
+    row = {
+        "at": time.time(),
+        "run_id": lease.run_id,
+        "lease_id": lease.lease_id,
+        "label": lease.label,
+        "reason": reason,
+        "ok": ok,
+        "error": error,
+        "parked": parked,
+        "by_pid": os.getpid(),
+    }
+    fd = os.open(directory / _OUTCOMES, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def outcomes(run_id: str | None = None, directory: Path | None = None) -> list[dict[str, Any]]:
+    """What reapers (the watchdog, ``reap``, the kill switch) did, oldest first; only ``run_id``'s if given."""
+    path = (directory or lease_dir()) / _OUTCOMES
+    rows = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if run_id is None or row.get("run_id") == run_id:
+            rows.append(row)
+    return rows
+
+
+def _held_keys(extra: dict[str, bytes] | None) -> dict[str, bytes]:
+    keys = dict(extra or {})
+    if sealing._key is not None:  # only a process that sealed something holds a key
+        keys[sealing.key_id(sealing._key)] = sealing._key
+    return keys
+
+
+def _watchdog_lock(directory: Path, kid: str) -> Path:
+    return directory / f"watchdog-{kid}.lock"
+
+
+def _lock_held(path: Path) -> bool:
+    """True when another process holds the flock on ``path`` (a watchdog is alive)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _park(directory: Path, claimed: Path, lease: Lease) -> None:
+    # Keep the evidence (sealed arguments stay sealed, the label is masked) but stop retrying.
+    failed = directory / "failed"
+    _private_dir(failed)
+    _write(lease, failed / f"{lease.lease_id}.json")
+    claimed.unlink(missing_ok=True)
+
+
+def reap(
+    *, directory: Path | None = None, force: bool = False, keys: dict[str, bytes] | None = None
+) -> list[ReapResult]:
+    """Revert every lease whose controller is dead or whose expiry passed (all of them with ``force``).
+
+    A lease sealed with a key this process does not hold is left to the watchdog that holds it (with
+    ``force``, that watchdog is told to revert it now and this call waits for it); when no living process
+    holds the key, the lease is parked for a person."""
     directory = directory or lease_dir()
+    held = _held_keys(keys)
     results: list[ReapResult] = []
+    handed: list[Lease] = []
     now = time.time()
     for path in sorted(directory.glob("*.json")):
         lease = _read(path)
@@ -406,25 +537,45 @@ def reap(*, directory: Path | None = None, force: bool = False) -> list[ReapResu
         reason = "forced" if force else lease.stale_reason(now)
         if reason is None:
             continue
+        kids = sealing.sealed_key_ids(lease.args)
+        missing = kids - set(held)
+        # a key holder is alive: its watchdog, or the controller itself (whose watchdog may be starting)
+        if missing and (
+            lease.controller_alive() or any(_lock_held(_watchdog_lock(directory, k)) for k in missing)
+        ):
+            if force and not lease.extra.get("forced"):
+                claimed = _claim(lease.lease_id, directory)
+                if claimed is not None:
+                    lease.extra["forced"] = True
+                    _unclaim(claimed, lease, directory)
+                    handed.append(lease)
+            continue  # its own watchdog reverts it
         claimed = _claim(lease.lease_id, directory)
         if claimed is None:
             continue
         try:
-            run_recipe(lease.driver, lease.revert, lease.args)
+            args = sealing.unseal(lease.args, held)
+        except sealing.SealedKeyMissing as exc:
+            lease.last_error = str(exc)
+            _park(directory, claimed, lease)
+            _record(directory, lease, reason, False, str(exc), parked=True)
+            results.append(ReapResult(lease.lease_id, lease.label, reason, False, str(exc)))
+            continue
+        try:
+            run_recipe(lease.driver, lease.revert, args)
         except Exception as exc:
             lease.attempts += 1
-            lease.last_error = repr(exc)
-            if lease.attempts >= _MAX_ATTEMPTS:
-                # Keep the evidence but stop retrying a revert that keeps failing.
-                failed = directory / "failed"
-                failed.mkdir(exist_ok=True)
-                _write(lease, failed / f"{lease.lease_id}.json")
-                claimed.unlink(missing_ok=True)
+            lease.last_error = sealing.mask_text(f"{type(exc).__name__}: {exc}")
+            parked = lease.attempts >= _MAX_ATTEMPTS
+            if parked:
+                _park(directory, claimed, lease)
             else:
                 _unclaim(claimed, lease, directory)
-            results.append(ReapResult(lease.lease_id, lease.label, reason, False, repr(exc)))
+            _record(directory, lease, reason, False, lease.last_error, parked=parked)
+            results.append(ReapResult(lease.lease_id, lease.label, reason, False, lease.last_error))
             continue
         claimed.unlink(missing_ok=True)
+        _record(directory, lease, reason, True, None, parked=False)
         results.append(ReapResult(lease.lease_id, lease.label, reason, True))
     # Claims left by a reaper that died mid-revert go back into the pool.
     for stale in directory.glob("*.reaping-*"):
@@ -433,14 +584,39 @@ def reap(*, directory: Path | None = None, force: bool = False) -> list[ReapResu
             lease_id = stale.name.split(".reaping-", 1)[0]
             with contextlib.suppress(OSError):
                 os.rename(stale, directory / f"{lease_id}.json")
+    if handed:
+        results += _await_handed(directory, handed)
     return results
 
 
+def _await_handed(directory: Path, handed: list[Lease], timeout: float = 10.0) -> list[ReapResult]:
+    """Wait (bounded) for the key-holding watchdogs to revert the leases a forced reap handed them."""
+    deadline = time.monotonic() + timeout
+    pending = {lease.lease_id: lease for lease in handed}
+    out: list[ReapResult] = []
+    while pending and time.monotonic() < deadline:
+        for row in outcomes(directory=directory):
+            lease = pending.get(row["lease_id"])
+            if lease is not None and (row["ok"] or row["parked"]):
+                out.append(ReapResult(lease.lease_id, lease.label, "forced", row["ok"], row["error"]))
+                del pending[lease.lease_id]
+        time.sleep(0.05)
+    for lease in pending.values():
+        out.append(
+            ReapResult(lease.lease_id, lease.label, "forced", False, "its watchdog did not revert it in time")
+        )
+    return out
+
+
 def ensure_watchdog(directory: Path | None = None) -> int | None:
-    """Start the detached watchdog for ``directory`` unless one already runs; return its pid if started."""
+    """Start this process's watchdog for ``directory`` unless it already runs; return its pid if started.
+
+    One watchdog per controller process: it is the only other holder of the controller's sealing key,
+    handed over a pipe, so it can unseal the controller's leases after the controller died."""
     directory = directory or lease_dir()
-    lock = directory / "watchdog.lock"
-    # Probe the lock: if we can take it, nobody watches; release and spawn one that takes it for good.
+    key = sealing.own_key()
+    kid = sealing.key_id(key)
+    lock = _watchdog_lock(directory, kid)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -450,11 +626,20 @@ def ensure_watchdog(directory: Path | None = None) -> int | None:
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
-    log = open(directory / "watchdog.log", "ab")  # noqa: SIM115 - handed to the child
+    log_fd = os.open(directory / "watchdog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = os.fdopen(log_fd, "ab")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "faultplane.drivers.leases", "watch", "--dir", str(directory)],
-            stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "faultplane.drivers.leases",
+                "watch",
+                "--dir",
+                str(directory),
+                "--key-stdin",
+            ],
+            stdin=subprocess.PIPE,
             stdout=log,
             stderr=log,
             start_new_session=True,  # survives the controller's process group being killed
@@ -462,15 +647,32 @@ def ensure_watchdog(directory: Path | None = None) -> int | None:
         )
     finally:
         log.close()
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(base64.b64encode(key) + b"\n")
+        proc.stdin.close()
+    except BrokenPipeError:
+        return None
+    # Wait (bounded; once per watchdog start) until it holds its lock: from then on a reaper without the key
+    # (`reap`, the kill switch) sees a live key holder and hands it the lease instead of parking it.
+    deadline = time.monotonic() + 5.0
+    while not _lock_held(lock) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
     return proc.pid
 
 
 def watch(
-    directory: Path, *, interval_s: float = _WATCH_INTERVAL_S, idle_exit_s: float = _WATCH_IDLE_EXIT_S
+    directory: Path,
+    *,
+    interval_s: float = _WATCH_INTERVAL_S,
+    idle_exit_s: float = _WATCH_IDLE_EXIT_S,
+    keys: dict[str, bytes] | None = None,
 ) -> int:
-    """The watchdog loop: reap stale leases until there are none left for ``idle_exit_s``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / "watchdog.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    """The watchdog loop: reap stale leases until none it can revert are left for ``idle_exit_s``."""
+    _private_dir(directory)
+    keys = dict(keys or {})
+    name = f"watchdog-{next(iter(keys))}.lock" if keys else "watchdog.lock"
+    fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -479,13 +681,15 @@ def watch(
     os.write(fd, str(os.getpid()).encode())
     idle_since: float | None = None
     while True:
-        for r in reap(directory=directory):
+        for r in reap(directory=directory, keys=keys):
             status = "reverted" if r.ok else f"revert failed: {r.error}"
             print(
                 f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {r.lease_id} ({r.label}): {r.reason}; {status}",
                 flush=True,
             )
-        pending = any(directory.glob("*.json")) or any(directory.glob("*.reaping-*"))
+        pending = any(directory.glob("*.reaping-*")) or any(
+            lease.key_id is None or lease.key_id in keys for lease in list_leases(directory)
+        )
         if pending:
             idle_since = None
         else:
@@ -501,13 +705,18 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("watch", help="reap stale leases until none are left")
     w.add_argument("--dir", type=Path, default=None)
     w.add_argument("--idle-exit", type=float, default=_WATCH_IDLE_EXIT_S)
+    w.add_argument("--key-stdin", action="store_true", help="read the controller's sealing key from stdin")
     r = sub.add_parser("reap", help="reap stale leases once")
     r.add_argument("--dir", type=Path, default=None)
     r.add_argument("--force", action="store_true")
     args = parser.parse_args(argv)
     directory = args.dir or lease_dir()
     if args.cmd == "watch":
-        return watch(directory, idle_exit_s=args.idle_exit)
+        keys: dict[str, bytes] = {}
+        if args.key_stdin:
+            key = base64.b64decode(sys.stdin.buffer.readline().strip())
+            keys[sealing.key_id(key)] = key
+        return watch(directory, idle_exit_s=args.idle_exit, keys=keys)
     results = reap(directory=directory, force=args.force)
     for res in results:
         print(json.dumps(asdict(res)))

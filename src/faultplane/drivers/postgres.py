@@ -10,10 +10,15 @@ slot, which a fault that took every slot (for a non-superuser, the reserved ones
 from __future__ import annotations
 
 import contextlib
+import os
+import pwd
+import shutil
 import statistics
+import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -25,6 +30,7 @@ from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
+from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
 
@@ -45,8 +51,23 @@ def _connect(
         return psycopg.connect(
             dsn, connect_timeout=_CONNECT_TIMEOUT_S, application_name=application_name, autocommit=autocommit
         )
+    except psycopg.ProgrammingError as exc:  # a malformed DSN; its text may quote the password
+        raise DriverError(
+            f"dsn: not a libpq connection string or URI: {mask_text(str(exc).strip())}"
+        ) from None
     except psycopg.OperationalError as exc:
-        raise DriverError(f"dsn: cannot connect to PostgreSQL: {str(exc).strip()}") from None
+        cause = " ".join(mask_text(str(exc)).split())
+        if "timeout expired" in cause:
+            cause += f" (no answer within {_CONNECT_TIMEOUT_S}s: is it a PostgreSQL server?)"
+        raise DriverError(f"dsn: cannot connect to PostgreSQL at {_address(dsn)}: {cause}") from None
+
+
+def _address(dsn: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "?"
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}"
 
 
 def _scalar(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> Any:
@@ -159,6 +180,10 @@ class ExhaustParams(_Dsn):
         ge=0,
         description="slots to leave free when filling (the revert does not need one)",
     )
+    require_all: bool = Field(
+        default=False,
+        description="fail (and release them) when the server gives fewer connections than requested",
+    )
     duration_seconds: float | None = Field(
         default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
     )
@@ -237,8 +262,7 @@ class LockParams(_Dsn):
     )
 
 
-def _lock(dsn: str, tag: str, table: str, mode: str) -> None:
-    conn = _connect(dsn, application_name=tag, autocommit=False)
+def _lock(conn: psycopg.Connection[Any], tag: str, table: str, mode: str) -> None:
     with _held_lock:
         _held[tag] = [conn]
     ident = sql.Identifier(*table.split(".", 1))
@@ -254,6 +278,8 @@ def _lock(dsn: str, tag: str, table: str, mode: str) -> None:
 async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
     """Take a table lock in an open transaction; queries that conflict wait. Rollback releases it."""
     tag = _tag("lock")
+    # connect first: a connection that fails has locked nothing, so it leaves no lease behind
+    conn = await anyio.to_thread.run_sync(lambda: _connect(p.dsn, application_name=tag, autocommit=False))
     entry = leased_revert(
         ctx,
         label=f"postgres: release {p.mode} lock on {p.table}",
@@ -263,7 +289,7 @@ async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
         fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
     )
     try:
-        await anyio.to_thread.run_sync(_lock, p.dsn, tag, p.table, p.mode)
+        await anyio.to_thread.run_sync(_lock, conn, tag, p.table, p.mode)
     except BaseException:
         await revert_now(ctx, entry)
         raise
@@ -405,3 +431,269 @@ def is_available(ctx: ActivityContext, p: AvailableParams) -> bool:
         return True
     except psycopg.Error:
         return False
+
+
+# --- configuration parameter ----------------------------------------------------------------------------------
+
+_GUC = r"^[a-z_][a-z0-9_.]{0,62}$"
+
+
+def _auto_conf_value(conn: psycopg.Connection[Any], name: str) -> str | None:
+    """The value ALTER SYSTEM holds for ``name`` (postgresql.auto.conf), None when it holds none."""
+    rows = conn.execute(
+        "SELECT setting FROM pg_file_settings WHERE name = %s AND sourcefile LIKE %s ORDER BY seqno DESC",
+        [name, "%postgresql.auto.conf"],
+    ).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _wait_setting(dsn: str, name: str, before: str, timeout: float = 3.0) -> str:
+    """pg_reload_conf() only signals the postmaster: wait (bounded) until a new session sees a change."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _connect(dsn) as conn:
+            now = str(_scalar(conn, "SELECT current_setting(%s)", [name]))
+        if now != before or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def _set_system(dsn: str, name: str, value: str | None) -> None:
+    with _connect(dsn) as conn:
+        if value is None:
+            conn.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+        else:
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        conn.execute("SELECT pg_reload_conf()")
+
+
+@revert_recipe("postgres", "restore_parameter")
+def _recipe_restore_parameter(args: dict[str, Any]) -> None:
+    with _connect(args["dsn"]) as conn:
+        current = _auto_conf_value(conn, args["name"])
+    if current != args["applied"]:
+        return  # someone changed it again since the fault: their value stands
+    _set_system(args["dsn"], args["name"], args["previous"])
+
+
+class ParameterParams(_Dsn):
+    name: str = Field(pattern=_GUC, description="a server parameter, e.g. statement_timeout, work_mem")
+    value: str = Field(max_length=1000, description="its new value, as in postgresql.conf (e.g. '50ms')")
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+@action("postgres", "set_parameter", ParameterParams, fault_type="error")
+async def set_parameter(ctx: ActivityContext, p: ParameterParams) -> dict[str, Any]:
+    """ALTER SYSTEM SET a reloadable parameter and reload; new sessions get it (sessions that SET it themselves
+    keep theirs). Rollback puts back what ALTER SYSTEM held before (or RESETs it). Needs a superuser.
+
+    A parameter that needs a restart (context ``postmaster``) is refused rather than half-applied."""
+
+    def apply() -> dict[str, Any]:
+        with _connect(p.dsn) as conn:
+            row = conn.execute(
+                "SELECT context, setting FROM pg_settings WHERE name = %s", [p.name]
+            ).fetchone()
+            if row is None:
+                raise DriverError(f"name: PostgreSQL has no parameter {p.name!r} (see pg_settings)")
+            if row[0] in ("internal", "postmaster"):
+                raise DriverError(
+                    f"name: {p.name} can only change with a server restart (context {row[0]}); "
+                    "pick a reloadable parameter"
+                )
+            before = str(_scalar(conn, "SELECT current_setting(%s)", [p.name]))
+            return {"before": before, "previous": _auto_conf_value(conn, p.name)}
+
+    try:
+        state = await anyio.to_thread.run_sync(apply)
+    except psycopg.Error as exc:
+        raise DriverError(f"dsn: {mask_text(str(exc).strip())}") from None
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: restore {p.name} (ALTER SYSTEM)",
+        driver="postgres",
+        revert="restore_parameter",
+        args={"dsn": p.dsn, "name": p.name, "previous": state["previous"], "applied": p.value},
+    )
+    try:
+        await anyio.to_thread.run_sync(_set_system, p.dsn, p.name, p.value)
+    except psycopg.Error as exc:
+        from faultplane.drivers.leases import withdraw
+
+        withdraw(ctx, entry)  # ALTER SYSTEM refused the value: nothing changed
+        raise DriverError(f"value: PostgreSQL refused {p.name} = {p.value!r}: {str(exc).strip()}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    now = await anyio.to_thread.run_sync(_wait_setting, p.dsn, p.name, state["before"])
+    result: dict[str, Any] = {"name": p.name, "before": state["before"], "now": now}
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result
+
+
+# --- long / idle transactions ---------------------------------------------------------------------------------
+
+
+class IdleTransactionParams(_Dsn):
+    sessions: int = Field(default=1, ge=1, le=100, description="transactions to hold open")
+    statement: str | None = Field(
+        default=None,
+        max_length=10_000,
+        description="run inside each transaction first, e.g. SELECT ... FOR UPDATE to hold row locks",
+    )
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="end them after this long; omit to hold until rollback"
+    )
+
+
+def _open_idle(conns: list[psycopg.Connection[Any]], statement: str | None) -> list[int]:
+    xids = []
+    for conn in conns:
+        conn.execute("BEGIN")
+        xids.append(int(_scalar(conn, "SELECT txid_current()")))  # an xid: holds back vacuum's horizon
+        if statement:
+            conn.execute(statement)
+    return xids
+
+
+@action("postgres", "idle_transaction", IdleTransactionParams, fault_type="resource_exhaustion")
+async def idle_transaction(ctx: ActivityContext, p: IdleTransactionParams) -> dict[str, Any]:
+    """Hold ``sessions`` transactions open and idle ("idle in transaction"), each with an xid (so vacuum
+    cannot clean up behind them) and, with ``statement``, the locks it took. Rollback ends the sessions
+    (``pg_terminate_backend`` by their tag, so the watchdog can do it too)."""
+    tag = _tag("idle")
+
+    def connect() -> list[psycopg.Connection[Any]]:
+        conns: list[psycopg.Connection[Any]] = []
+        try:
+            for _ in range(p.sessions):
+                conns.append(_connect(p.dsn, application_name=tag, autocommit=True))
+        except DriverError:
+            for c in conns:
+                c.close()
+            raise
+        return conns
+
+    conns = await anyio.to_thread.run_sync(connect)  # no connection, nothing applied, no lease
+    with _held_lock:
+        _held[tag] = conns
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: end {p.sessions} idle transaction(s) ({tag})",
+        driver="postgres",
+        revert="terminate_tagged",
+        args={"dsn": p.dsn, "application_name": tag},
+        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
+    )
+    try:
+        xids = await anyio.to_thread.run_sync(_open_idle, conns, p.statement)
+    except psycopg.Error as exc:
+        await revert_now(ctx, entry)
+        raise DriverError(f"statement: {mask_text(str(exc).strip())}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {"application_name": tag, "sessions": p.sessions, "xids": xids}
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["ended_after_s"] = p.duration_seconds
+    return result
+
+
+# --- server restart / crash -----------------------------------------------------------------------------------
+
+
+def _pg_ctl(data_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    version = (data_dir / "PG_VERSION").read_text().strip()
+    exe = Path(f"/usr/lib/postgresql/{version}/bin/pg_ctl")
+    if not exe.exists():
+        found = shutil.which("pg_ctl")
+        if found is None:
+            raise DriverError(f"data_dir: no pg_ctl for PostgreSQL {version} on this host")
+        exe = Path(found)
+    prefix: list[str] = []
+    owner = data_dir.stat().st_uid
+    if os.geteuid() == 0 and owner != 0:
+        prefix = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--"]  # pg_ctl refuses to run as root
+    return subprocess.run(
+        [*prefix, str(exe), "-D", str(data_dir), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@revert_recipe("postgres", "ensure_running")
+def _recipe_ensure_running(args: dict[str, Any]) -> None:
+    data_dir = Path(args["data_dir"])
+    if _pg_ctl(data_dir, "status").returncode == 0:
+        return  # running: nothing to undo
+    log = str(data_dir / "faultplane-pg_ctl.log")
+    res = _pg_ctl(data_dir, "start", "-w", "-t", "60", "-l", log)
+    if res.returncode != 0:
+        raise DriverError(
+            f"data_dir: pg_ctl start failed: {' '.join((res.stderr or res.stdout).split())[:300]}"
+        )
+
+
+class RestartParams(_Dsn):
+    data_dir: str = Field(description="the server's data directory on this host (pg_ctl -D)")
+    mode: Literal["fast", "immediate"] = Field(
+        default="fast",
+        description="fast: clean shutdown; immediate: a crash, the restart runs crash recovery",
+    )
+    timeout_seconds: float = Field(
+        default=60, gt=0, le=600, description="give up waiting for it to come back"
+    )
+
+
+@action("postgres", "restart", RestartParams, fault_type="error")
+async def restart(ctx: ActivityContext, p: RestartParams) -> dict[str, Any]:
+    """Restart a local server with pg_ctl (``immediate``: crash and recover); every session is cut. Returns
+    once it accepts queries again (``recovered_in_s``). The lease starts the server if it is left down."""
+    data_dir = Path(p.data_dir)
+    if not (data_dir / "PG_VERSION").exists():
+        raise DriverError(f"data_dir: {p.data_dir!r} is not a PostgreSQL data directory")
+    if not (data_dir / "postmaster.pid").exists():
+        raise DriverError(f"data_dir: no server is running on {p.data_dir!r} (no postmaster.pid)")
+
+    def start_time() -> str:
+        with _connect(p.dsn) as conn:
+            return str(_scalar(conn, "SELECT pg_postmaster_start_time()"))
+
+    before = await anyio.to_thread.run_sync(start_time)  # the DSN must reach this server before we touch it
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: make sure the server in {p.data_dir} runs",
+        driver="postgres",
+        revert="ensure_running",
+        args={"data_dir": str(data_dir)},
+    )
+    t0 = time.monotonic()
+    log = str(data_dir / "faultplane-pg_ctl.log")
+    args = ("restart", "-m", p.mode, "-w", "-t", str(int(p.timeout_seconds)), "-l", log)
+    res = await anyio.to_thread.run_sync(lambda: _pg_ctl(data_dir, *args, timeout=p.timeout_seconds + 10))
+    if res.returncode != 0:
+        await revert_now(ctx, entry)
+        raise DriverError(
+            f"data_dir: pg_ctl restart failed: {' '.join((res.stderr or res.stdout).split())[:300]}"
+        )
+
+    def back() -> str:
+        deadline = time.monotonic() + p.timeout_seconds
+        while True:
+            try:
+                return start_time()
+            except DriverError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    after = await anyio.to_thread.run_sync(back)
+    recovered = time.monotonic() - t0
+    from faultplane.drivers.leases import withdraw
+
+    withdraw(ctx, entry)  # it runs again: nothing is left to revert
+    return {
+        "mode": p.mode,
+        "started_before": before,
+        "started_after": after,
+        "recovered_in_s": round(recovered, 3),
+    }

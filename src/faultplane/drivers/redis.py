@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 import redis
@@ -22,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
-from faultplane.drivers.leases import leased_revert, revert_recipe
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_recipe, withdraw
+from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
 
@@ -39,12 +41,49 @@ def _client(url: str, **kw: Any) -> redis.Redis:
         return redis.Redis.from_url(
             url, socket_connect_timeout=_TIMEOUT_S, socket_timeout=kw.pop("timeout", _TIMEOUT_S), **kw
         )
-    except ValueError as exc:
-        raise DriverError(f"url: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise DriverError(
+            f"url: not a Redis URL ({mask_text(str(exc))}); expected redis://[user:password@]host:port/db"
+        ) from None
 
 
-def _err(what: str, exc: Exception) -> DriverError:
-    return DriverError(f"redis {what}: {exc}")
+def _address(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        return f"{parts.hostname or '?'}:{parts.port or 6379}"
+    except ValueError:
+        return "?"
+
+
+def _err(what: str, exc: Exception, url: str | None = None, timeout: float = _TIMEOUT_S) -> DriverError:
+    """One line naming the field, the address and the cause (never the password)."""
+    where = f" at {_address(url)}" if url else ""
+    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in str(exc) or "NOAUTH" in str(exc):
+        cause = (
+            f"the server refused the credentials ({mask_text(str(exc))}); check the user and password in url"
+        )
+    elif isinstance(exc, redis.TimeoutError):
+        cause = (
+            f"no reply within {timeout:g}s (the port accepts connections but nothing answers: is it a Redis "
+            "server, or is it paused or blocked?)"
+        )
+    elif isinstance(exc, redis.ConnectionError):
+        cause = f"cannot connect: {mask_text(str(exc))}"
+    else:
+        cause = mask_text(str(exc))
+    return DriverError(f"url: redis {what}{where}: {cause}")
+
+
+def _connected(url: str, **kw: Any) -> redis.Redis:
+    """A client that has connected, authenticated and answered PING: a fault applied after this reached the
+    server, one that fails here has applied nothing (so it leaves no lease)."""
+    client = _client(url, **kw)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        raise _err("PING", exc, url) from None
+    return client
 
 
 # --- CLIENT PAUSE ---------------------------------------------------------------------------------------------
@@ -74,18 +113,17 @@ async def client_pause(ctx: ActivityContext, p: PauseParams) -> dict[str, Any]:
 
     Under mode ALL, Redis 7.0 also holds CLIENT UNPAUSE, so the pause then lasts its full ``timeout_ms``.
     """
-    leased_revert(
-        ctx, label=f"redis: CLIENT UNPAUSE {p.url}", driver="redis", revert="unpause", args={"url": p.url}
-    )
-
-    def pause() -> None:
-        with _client(p.url) as r:
-            r.execute_command("CLIENT", "PAUSE", p.timeout_ms, p.mode)
-
+    client = await anyio.to_thread.run_sync(_connected, p.url)  # fails before anything is applied
     try:
-        await anyio.to_thread.run_sync(pause)
-    except redis.RedisError as exc:
-        raise _err("CLIENT PAUSE", exc) from None
+        leased_revert(
+            ctx, label=f"redis: CLIENT UNPAUSE {p.url}", driver="redis", revert="unpause", args={"url": p.url}
+        )
+        try:
+            await anyio.to_thread.run_sync(client.execute_command, "CLIENT", "PAUSE", p.timeout_ms, p.mode)
+        except redis.RedisError as exc:
+            raise _err("CLIENT PAUSE", exc, p.url) from None
+    finally:
+        client.close()
     return {"paused_ms": p.timeout_ms, "mode": p.mode}
 
 
@@ -123,11 +161,11 @@ async def debug_sleep(ctx: ActivityContext, p: SleepParams) -> dict[str, Any]:
     await anyio.to_thread.run_sync(started.wait, _TIMEOUT_S)
     await anyio.sleep(0.05)  # let the DEBUG command reach the server before returning
     if errors:
-        raise _err("DEBUG SLEEP", errors[0]) from None  # type: ignore[arg-type]
+        raise _err("DEBUG SLEEP", errors[0], p.url) from None  # type: ignore[arg-type]
     if p.wait:
         await anyio.to_thread.run_sync(t.join, p.seconds + 2 * _TIMEOUT_S)
         if errors:
-            raise _err("DEBUG SLEEP", errors[0]) from None  # type: ignore[arg-type]
+            raise _err("DEBUG SLEEP", errors[0], p.url) from None  # type: ignore[arg-type]
     return {"slept_s": p.seconds}
 
 
@@ -182,6 +220,10 @@ class ExhaustParams(_Url):
         ge=0,
         description="slots to leave free when filling up to maxclients (the revert does not need one)",
     )
+    require_all: bool = Field(
+        default=False,
+        description="fail (and release them) when the server gives fewer connections than requested",
+    )
     duration_seconds: float | None = Field(default=None, gt=0, le=3600)
 
 
@@ -192,6 +234,7 @@ async def exhaust_connections(ctx: ActivityContext, p: ExhaustParams) -> dict[st
     Rollback kills the holder; its sockets close and Redis frees the slots, so the revert works even when
     every slot is taken, and the lease watchdog can run it when the controller is dead or hung.
     """
+    await anyio.to_thread.run_sync(lambda: _connected(p.url).close())  # fails before anything is applied
     name = f"faultplane-hold-{uuid.uuid4().hex[:10]}"
     what = p.connections if p.connections is not None else "maxclients"
     result = await hold_connections(
@@ -266,7 +309,7 @@ async def evict_keys(ctx: ActivityContext, p: EvictParams) -> dict[str, Any]:
     try:
         saved, matched = await anyio.to_thread.run_sync(_evict, p.url, p, ctx.rng)
     except redis.RedisError as exc:
-        raise _err("SCAN/DUMP", exc) from None
+        raise _err("SCAN/DUMP", exc, p.url) from None
     leased_revert(
         ctx,
         label=f"redis: restore {len(saved)} evicted keys",
@@ -287,6 +330,198 @@ async def evict_keys(ctx: ActivityContext, p: EvictParams) -> dict[str, Any]:
     }
 
 
+# --- mass expiry ----------------------------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "unexpire")
+def _recipe_unexpire(args: dict[str, Any]) -> dict[str, int]:
+    """Put back each key's original TTL; RESTORE the ones that expired (without REPLACE: a key the application
+    re-created meanwhile keeps the application's value and TTL)."""
+    restored = reset = 0
+    with _client(args["url"]) as r:
+        for key_b64, ttl, dump_b64, expire_at_ms in args["keys"]:
+            key = base64.b64decode(key_b64)
+            if r.exists(key):
+                # ours only while it still carries the TTL the fault gave it
+                if abs(int(r.pexpiretime(key)) - int(expire_at_ms)) <= 5:
+                    r.persist(key) if not ttl else r.pexpire(key, int(ttl))
+                    reset += 1
+                continue
+            try:
+                r.restore(key, max(0, int(ttl)), base64.b64decode(dump_b64))
+                restored += 1
+            except redis.ResponseError as exc:
+                if "BUSYKEY" not in str(exc) and "already exists" not in str(exc):
+                    raise
+    return {"restored": restored, "ttl_reset": reset}
+
+
+class ExpireParams(EvictParams):
+    seconds: float = Field(default=1.0, gt=0, le=86_400, description="every chosen key expires after this")
+
+
+@action("redis", "mass_expire", ExpireParams, fault_type="error")
+async def mass_expire(ctx: ActivityContext, p: ExpireParams) -> dict[str, Any]:
+    """Give matching keys (blast radius) one TTL so they all expire at the same moment: a cache stampede.
+    Rollback RESTOREs the expired ones and puts back every key's own TTL."""
+    try:
+        saved, matched = await anyio.to_thread.run_sync(_evict, p.url, p, ctx.rng)
+    except redis.RedisError as exc:
+        raise _err("SCAN/DUMP", exc, p.url) from None
+    expire_at_ms = int((time.time() + p.seconds) * 1000)
+    entry = leased_revert(
+        ctx,
+        label=f"redis: restore {len(saved)} mass-expired keys",
+        driver="redis",
+        revert="unexpire",
+        args={"url": p.url, "keys": [[k, ttl, d, expire_at_ms] for k, ttl, d in saved]},
+    )
+
+    def expire() -> int:
+        with _client(p.url) as r:
+            pipe = r.pipeline(transaction=True)  # one moment for all of them
+            for k, _, _ in saved:
+                pipe.pexpireat(base64.b64decode(k), expire_at_ms)
+            return sum(1 for ok in pipe.execute() if ok)
+
+    try:
+        done = await anyio.to_thread.run_sync(expire)
+    except redis.RedisError as exc:
+        from faultplane.drivers.leases import revert_now
+
+        await revert_now(ctx, entry)
+        raise _err("PEXPIREAT", exc, p.url) from None
+    return {"matched": matched, "expiring": done, "expire_at_ms": expire_at_ms}
+
+
+# --- maxmemory pressure ---------------------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "restore_config")
+def _recipe_restore_config(args: dict[str, Any]) -> None:
+    with _client(args["url"]) as r:
+        current = r.config_get(*args["applied"])
+        # a value someone changed again since the fault is theirs: put back only what is still ours
+        back = {k: v for k, v in args["previous"].items() if str(current.get(k)) == str(args["applied"][k])}
+        if back:
+            r.execute_command("CONFIG", "SET", *[x for kv in back.items() for x in kv])
+
+
+class MaxmemoryParams(_Url):
+    maxmemory_bytes: int | None = Field(
+        default=None, ge=1_048_576, description="the new limit; omit to set it just above what is used now"
+    )
+    headroom_bytes: int = Field(
+        default=1_048_576, ge=0, description="with maxmemory_bytes omitted: used memory + this much"
+    )
+    policy: Literal[
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+        "noeviction",
+    ] = Field(default="allkeys-lru", description="noeviction makes writes fail with OOM instead of evicting")
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+@action("redis", "maxmemory_pressure", MaxmemoryParams, fault_type="resource_exhaustion")
+async def maxmemory_pressure(ctx: ActivityContext, p: MaxmemoryParams) -> dict[str, Any]:
+    """CONFIG SET maxmemory (default: just above current use) and maxmemory-policy, so new writes evict keys
+    (or fail with OOM under noeviction). Rollback restores both values."""
+    client = await anyio.to_thread.run_sync(_connected, p.url)
+    try:
+
+        def read() -> tuple[dict[str, str], int]:
+            prev = client.config_get("maxmemory", "maxmemory-policy")
+            used = int(client.info("memory")["used_memory"])
+            return {k: str(v) for k, v in prev.items()}, used
+
+        try:
+            previous, used = await anyio.to_thread.run_sync(read)
+        except redis.RedisError as exc:
+            raise _err("CONFIG GET", exc, p.url) from None
+        limit = p.maxmemory_bytes if p.maxmemory_bytes is not None else used + p.headroom_bytes
+        applied = {"maxmemory": str(limit), "maxmemory-policy": p.policy}
+        entry = leased_revert(
+            ctx,
+            label=f"redis: restore maxmemory {previous.get('maxmemory')} ({previous.get('maxmemory-policy')})",
+            driver="redis",
+            revert="restore_config",
+            args={"url": p.url, "previous": previous, "applied": applied},
+        )
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: client.execute_command(
+                    "CONFIG", "SET", "maxmemory", limit, "maxmemory-policy", p.policy
+                )
+            )
+        except redis.ResponseError as exc:
+            withdraw(ctx, entry)  # CONFIG SET is atomic: refused means nothing changed
+            raise _err("CONFIG SET", exc, p.url) from None
+    finally:
+        client.close()
+    result: dict[str, Any] = {
+        "maxmemory": limit,
+        "used_memory": used,
+        "policy": p.policy,
+        "previous": previous,
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result
+
+
+# --- CLIENT KILL ----------------------------------------------------------------------------------------------
+
+
+class ClientKillParams(_Url, BlastRadius):
+    name_pattern: str | None = Field(default=None, description="regex on the client name (CLIENT SETNAME)")
+    addr_pattern: str | None = Field(default=None, description="regex on the client's ip:port")
+    user: str | None = Field(default=None, description="only clients authenticated as this ACL user")
+
+
+@action("redis", "client_kill", ClientKillParams, fault_type="error")
+def client_kill(ctx: ActivityContext, p: ClientKillParams) -> dict[str, Any]:
+    """CLIENT KILL the application's connections (normal clients matching the filters; blast radius: count or
+    percentage), never this action's own. Nothing to revert: a killed connection is gone; the fault tests
+    whether the application reconnects."""
+    import re
+
+    if p.name_pattern is None and p.addr_pattern is None and p.user is None:
+        raise DriverError(
+            "name_pattern: give name_pattern, addr_pattern or user: killing every client is refused"
+        )
+    try:
+        name_rx = re.compile(p.name_pattern) if p.name_pattern else None
+        addr_rx = re.compile(p.addr_pattern) if p.addr_pattern else None
+    except re.error as exc:
+        raise DriverError(f"name_pattern/addr_pattern: not a regex: {exc}") from None
+    with _connected(p.url) as r:
+        own = r.client_id()
+        matched = [
+            c
+            for c in r.client_list(_type="normal")
+            if int(c["id"]) != own
+            and (name_rx is None or name_rx.search(c.get("name", "")))
+            and (addr_rx is None or addr_rx.search(c.get("addr", "")))
+            and (p.user is None or c.get("user") == p.user)
+        ]
+        chosen = select_targets(
+            sorted(matched, key=lambda c: int(c["id"])), count=p.count, percentage=p.percentage, rng=ctx.rng
+        )
+        killed = []
+        for c in chosen:
+            try:
+                r.execute_command("CLIENT", "KILL", "ID", c["id"])
+                killed.append({"id": int(c["id"]), "addr": c.get("addr"), "name": c.get("name")})
+            except redis.ResponseError:
+                pass  # it left on its own meanwhile
+    return {"matched": len(matched), "killed": killed}
+
+
 # --- probes ---------------------------------------------------------------------------------------------------
 
 
@@ -305,7 +540,7 @@ def ping_latency(ctx: ActivityContext, p: PingParams) -> dict[str, float]:
                 r.ping()
                 out.append((time.perf_counter() - t0) * 1000.0)
     except redis.RedisError as exc:
-        raise _err("PING", exc) from None
+        raise _err("PING", exc, p.url) from None
     return {"p50_ms": statistics.median(out), "mean_ms": statistics.fmean(out), "max_ms": max(out)}
 
 
@@ -316,7 +551,7 @@ def connected_clients(ctx: ActivityContext, p: _Url) -> int:
         with _client(p.url) as r:
             return int(r.info("clients")["connected_clients"])
     except redis.RedisError as exc:
-        raise _err("INFO", exc) from None
+        raise _err("INFO", exc, p.url) from None
 
 
 class InfoParams(_Url):
@@ -331,7 +566,7 @@ def info(ctx: ActivityContext, p: InfoParams) -> Any:
         with _client(p.url) as r:
             data = r.info(p.section)
     except redis.RedisError as exc:
-        raise _err("INFO", exc) from None
+        raise _err("INFO", exc, p.url) from None
     if p.field is None:
         return data
     if p.field not in data:

@@ -2,8 +2,8 @@
 
 Processes are listed with ``ps`` on the remote host and matched here with a Python regex, so the SSH session's
 own shell never matches its own pattern. Leases hold the connection parameters (host, port, user, key
-paths, known_hosts) but never a password: a fault applied with password authentication is reverted by the
-controller, not by the watchdog (the lease's recipe fails loudly instead of reading a stored secret).
+paths, known_hosts, and a password sealed with the controller's key: see :mod:`faultplane.drivers.sealing`),
+so the watchdog can revert a fault applied with password authentication too.
 """
 
 from __future__ import annotations
@@ -41,14 +41,17 @@ class SshTarget(BaseModel):
         default=False, description="skip host key verification (test rigs only)"
     )
     command_timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    connect_timeout_seconds: float = Field(
+        default=_CONNECT_TIMEOUT_S, gt=0, le=300, description="give up on a host that does not answer"
+    )
 
     def conn_args(self) -> dict[str, Any]:
-        """The lease-safe connection parameters (no password)."""
-        return {k: getattr(self, k) for k in SshTarget.model_fields if k != "password"}
+        """The connection parameters a lease keeps; the password is sealed by the lease (see sealing.py)."""
+        return {k: getattr(self, k) for k in SshTarget.model_fields}
 
 
 async def _connect(t: SshTarget) -> asyncssh.SSHClientConnection:
-    kwargs: dict[str, Any] = {"port": t.port, "connect_timeout": _CONNECT_TIMEOUT_S}
+    kwargs: dict[str, Any] = {"port": t.port, "connect_timeout": t.connect_timeout_seconds}
     if t.username:
         kwargs["username"] = t.username
     if t.client_keys is not None:
@@ -62,7 +65,23 @@ async def _connect(t: SshTarget) -> asyncssh.SSHClientConnection:
     try:
         return await asyncssh.connect(t.host, **kwargs)
     except (OSError, asyncssh.Error) as exc:
-        raise DriverError(f"host: cannot open SSH to {t.username or ''}@{t.host}:{t.port}: {exc}") from None
+        raise DriverError(
+            f"host: cannot open SSH to {t.username or ''}@{t.host}:{t.port}: {_cause(t, exc)}"
+        ) from None
+
+
+def _cause(t: SshTarget, exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return (
+            f"no SSH handshake within {t.connect_timeout_seconds:g}s (the port accepts connections but sends "
+            "no SSH banner: is sshd running there?)"
+        )
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return "authentication refused (check username, client_keys or password)"
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        return f"host key not verifiable ({exc}); add it to known_hosts"
+    text = str(exc).strip()
+    return text or type(exc).__name__
 
 
 async def _run(t: SshTarget, command: str, *, check: bool = True) -> asyncssh.SSHCompletedProcess:
@@ -167,8 +186,6 @@ class SuspendParams(ProcessParams):
 def _lease_or_plain(
     ctx: ActivityContext, p: SshTarget, *, label: str, revert: str, args: dict[str, Any], fn: Any
 ) -> Any:
-    if p.password is not None:
-        return ctx.on_revert(fn, label=label)  # see the module docstring: passwords never go into a lease
     return leased_revert(ctx, label=label, driver="ssh", revert=revert, args=args, fn=fn)
 
 

@@ -232,6 +232,56 @@ def _unfinished(directory: Path) -> list[Path]:
     ]
 
 
+def _watchdog_account(journal: Journal, wait_s: float = 3.0) -> str:
+    """What the lease watchdog did for a dead controller's faults, added to ``journal.reverts`` and told in
+    one sentence, instead of a guess. Waits (bounded) for leases still being reverted."""
+    try:
+        from faultplane.drivers import leases
+    except ImportError:
+        return "the experiment's rollbacks did not run: check the target"
+    import time
+
+    run_id = journal.run_id
+    deadline = time.monotonic() + wait_s
+    pending = [lease for lease in leases.list_leases() if lease.run_id == run_id]
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pending = [lease for lease in leases.list_leases() if lease.run_id == run_id]
+    done = leases.outcomes(run_id)
+    final = {row["lease_id"]: row for row in done}  # the last word on each lease
+    for row in done:
+        journal.reverts.append(
+            {
+                "label": row["label"],
+                "by": "lease watchdog" if row["reason"] != "forced" else "forced reap",
+                "reason": row["reason"],
+                "at": datetime.fromtimestamp(row["at"], tz=UTC).isoformat(),
+                "ok": row["ok"],
+                "error": row["error"],
+            }
+        )
+    reverted = [r for r in final.values() if r["ok"]]
+    failed = [r for r in final.values() if not r["ok"]]
+    parts = ["the experiment's rollbacks did not run"]
+    if not final and not pending:
+        parts.append("no leased fault of this run was left to revert")
+    if reverted:
+        labels = ", ".join(r["label"] for r in reverted)
+        parts.append(f"the lease watchdog reverted {len(reverted)} leased fault(s): {labels}")
+    if failed:
+        what = ", ".join(f"{r['label']} ({r['error']})" for r in failed)
+        parts.append(
+            f"{len(failed)} revert(s) failed{' and were parked' if any(r['parked'] for r in failed) else ''}: {what}"
+        )
+    if pending:
+        parts.append(
+            f"{len(pending)} leased fault(s) still awaiting revert: "
+            + ", ".join(lease.label for lease in pending)
+            + " (see `faultplane drivers leases`)"
+        )
+    return "; ".join(parts)
+
+
 def recover_interrupted(store: Store | None, directory: Path | None = None) -> list[Journal]:
     """Find runs left `running` by a dead controller; mark them interrupted and persist their journals."""
     directory = directory or journal_dir()
@@ -245,7 +295,7 @@ def recover_interrupted(store: Store | None, directory: Path | None = None) -> l
         journal.end = now()
         journal.duration = (journal.end - journal.start).total_seconds()
         journal.error = (journal.error + "; " if journal.error else "") + (
-            f"controller pid {journal.controller_pid} died mid-run; rollbacks may not have run: check the target"
+            f"controller pid {journal.controller_pid} died mid-run; " + _watchdog_account(journal)
         )
         journal.verdict = "interrupted: the controller died before the run ended"
         body = json.dumps(journal.model_dump(mode="json"), ensure_ascii=False, indent=2)

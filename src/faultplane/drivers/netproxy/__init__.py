@@ -9,6 +9,7 @@ that also owns the traffic) or in a standalone proxy process (``faultplane drive
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import anyio
@@ -16,7 +17,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
-from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe
+from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe, withdraw
 from faultplane.drivers.netproxy.control import ProxyManager
 from faultplane.drivers.netproxy.proxy import Route, parse_hostport
 from faultplane.drivers.netproxy.toxics import (
@@ -52,27 +53,77 @@ def _control(url: str) -> str:
     return url if url.startswith(("http://", "https://")) else f"http://{url}"
 
 
+_CONTROL_TIMEOUT_S = 10.0
+
+
+class NotApplied(DriverError):
+    """The control API refused the request or was never reached: the proxy changed nothing."""
+
+
+def _unreachable(url: str, method: str, path: str, exc: Exception) -> DriverError:
+    """One line naming the field, the address and the cause of a failed control call."""
+    where = f"control_url: netproxy control API at {_control(url)} ({method} {path})"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return NotApplied(
+            f"{where}: no connection within {_CONTROL_TIMEOUT_S:g}s (host unreachable or filtered)"
+        )
+    if isinstance(exc, httpx.ConnectError):
+        root: BaseException | None = exc  # httpx says "all connection attempts failed"; the OS says why
+        while root is not None and not (isinstance(root, OSError) and root.errno):
+            root = root.__cause__ or root.__context__
+        errno = root.errno if isinstance(root, OSError) else None
+        cause = os.strerror(errno) if errno else str(exc) or type(exc).__name__
+        return NotApplied(f"{where}: cannot connect: {cause.lower()} (is the proxy running there?)")
+    if isinstance(exc, httpx.TimeoutException):
+        # the request may have been read: the change may have been applied
+        return DriverError(f"{where}: connected but no reply within {_CONTROL_TIMEOUT_S:g}s")
+    if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+        return NotApplied(f"control_url: {url!r} is not an http(s) URL: {exc}")
+    return DriverError(f"{where}: {type(exc).__name__}: {exc or 'connection lost'}")
+
+
 async def _call(method: str, url: str, path: str, json: Any = None) -> Any:
     try:
-        async with httpx.AsyncClient(timeout=10) as client:
+        async with httpx.AsyncClient(timeout=_CONTROL_TIMEOUT_S) as client:
             resp = await client.request(method, _control(url) + path, json=json)
-    except httpx.HTTPError as exc:
-        raise DriverError(f"control_url: cannot reach the proxy control API at {url}: {exc}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise _unreachable(url, method, path, exc) from None
     if resp.status_code >= 400:
         detail = (
             resp.json().get("error", resp.text)
             if resp.headers.get("content-type", "").startswith("application/json")
             else resp.text
         )
-        raise DriverError(f"proxy at {url}: {method} {path} -> {resp.status_code}: {detail}")
+        # a refused request changed nothing
+        raise NotApplied(f"proxy at {url}: {method} {path} -> {resp.status_code}: {detail}")
     return resp.json()
 
 
 def _call_sync(method: str, url: str, path: str) -> Any:
-    resp = httpx.request(method, _control(url) + path, timeout=10)
+    try:
+        resp = httpx.request(method, _control(url) + path, timeout=_CONTROL_TIMEOUT_S)
+    except httpx.ConnectError:
+        # A standalone proxy keeps its routes in memory: with nothing listening on its control port, the
+        # process is gone and its routes and toxics with it, so there is nothing left to remove.
+        return None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise _unreachable(url, method, path, exc) from None
     if resp.status_code >= 400 and resp.status_code != 404:  # 404: already gone, which is what we want
         raise DriverError(f"proxy at {url}: {method} {path} -> {resp.status_code}: {resp.text}")
     return resp.json()
+
+
+async def _apply_leased(ctx: ActivityContext, entry: Any, method: str, url: str, path: str, body: Any) -> Any:
+    """Send a change to a standalone proxy whose revert is already leased; a request the proxy never got
+    or refused takes its lease back, one that may have landed is reverted now."""
+    try:
+        return await _call(method, url, path, body)
+    except NotApplied:
+        withdraw(ctx, entry)
+        raise
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
 
 
 @revert_recipe("netproxy", "remove_toxic")
@@ -107,16 +158,15 @@ async def create_route(ctx: ActivityContext, p: CreateRouteParams) -> dict[str, 
     parse_hostport(p.listen, field_name="listen")
     seed = p.seed if p.seed is not None else ctx.rng.randrange(2**31)
     if p.control_url:
-        leased_revert(
+        entry = leased_revert(
             ctx,
             label=f"netproxy: remove route {p.name}",
             driver="netproxy",
             revert="remove_route",
             args={"control_url": p.control_url, "name": p.name},
         )
-        return await _call(
-            "POST", p.control_url, "/routes", {"name": p.name, "listen": p.listen, "upstream": p.upstream}
-        )
+        body = {"name": p.name, "listen": p.listen, "upstream": p.upstream}
+        return await _apply_leased(ctx, entry, "POST", p.control_url, "/routes", body)
     mgr = in_process_manager()
 
     async def _remove() -> None:
@@ -163,11 +213,9 @@ async def _add_toxic(
             revert="remove_toxic",
             args={"control_url": control_url, "route": route, "toxic": toxic.name},
         )
-        try:
-            out = await _call("POST", control_url, f"/routes/{route}/toxics", toxic.model_dump())
-        except BaseException:
-            await revert_now(ctx, entry)
-            raise
+        out = await _apply_leased(
+            ctx, entry, "POST", control_url, f"/routes/{route}/toxics", toxic.model_dump()
+        )
     else:
         mgr = in_process_manager()
         r = mgr.get(route)

@@ -1,0 +1,332 @@
+"""Host network faults without a proxy: packets dropped or rejected by nftables, bandwidth shaped and delay,
+loss, corruption, duplication and reordering emulated by tc qdiscs, in a network namespace or the host's own.
+
+Each fault is one kernel object named after its lease (an nftables table ``inet fp_<id>`` or a root qdisc with
+Faultplane's handle), so the revert removes exactly that object and nothing an operator set up, and a revert
+of an object that is already gone is a no-op. nftables applies a whole table in one transaction: a fault is
+either fully in place or not at all. Needs CAP_NET_ADMIN (root) in the namespace.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from faultplane.drivers.base import ActivityContext, DriverError, action, probe
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe, withdraw
+
+__all__: list[str] = []
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_IFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+_TIMEOUT_S = 10.0
+# Faultplane's qdisc handles: the revert deletes a root qdisc only when it carries one of these.
+_HANDLES = {"tbf": "fa17:", "netem": "fa18:"}
+
+
+class _Where(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    netns: str | None = Field(
+        default=None, description="network namespace (`ip netns list`); omit for the host's own (careful)"
+    )
+
+    @field_validator("netns")
+    @classmethod
+    def _ns(cls, v: str | None) -> str | None:
+        if v is not None and not _NAME.match(v):
+            raise ValueError("a namespace name of letters, digits, '_', '.', '-' (as `ip netns add` takes)")
+        return v
+
+
+def _run(netns: str | None, argv: list[str], *, stdin: str | None = None, check: bool = True) -> str:
+    exe = shutil.which(argv[0])
+    if exe is None:
+        raise DriverError(f"{argv[0]}: not installed (apt-get install -y iproute2 nftables)")
+    if netns is not None and not Path(f"/run/netns/{netns}").exists():
+        raise DriverError(f"netns: no network namespace {netns!r} (see `ip netns list`)")
+    cmd = (["ip", "netns", "exec", netns] if netns else []) + [exe, *argv[1:]]
+    try:
+        res = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise DriverError(f"{argv[0]}: `{' '.join(argv)}` did not finish in {_TIMEOUT_S:g}s") from None
+    if check and res.returncode != 0:
+        err = " ".join(res.stderr.split())[:400]
+        if "Operation not permitted" in err:
+            err += " (needs CAP_NET_ADMIN: run as root)"
+        where = f" in netns {netns}" if netns else ""
+        raise DriverError(f"{argv[0]}{where}: `{' '.join(argv[1:])[:120]}` failed: {err}")
+    return res.stdout
+
+
+# --- nftables: drop / reject ----------------------------------------------------------------------------------
+
+
+@revert_recipe("hostnet", "delete_table")
+def _recipe_delete_table(args: dict[str, Any]) -> None:
+    out = _run(args.get("netns"), ["nft", "delete", "table", "inet", args["table"]], check=False)
+    del out  # an absent table (already reverted, namespace re-created) is the state we want
+
+
+class DropParams(_Where):
+    direction: Literal["ingress", "egress", "both"] = Field(
+        default="ingress", description="packets arriving (input hook), leaving (output hook), or both"
+    )
+    cidr: str | None = Field(
+        default=None, description="remote peer network: source on ingress, destination on egress"
+    )
+    port: int | None = Field(default=None, ge=1, le=65535, description="destination port of the packets")
+    protocol: Literal["tcp", "udp", "any"] = Field(
+        default="any", description="tcp, udp or any (with a port: both)"
+    )
+    percent: float = Field(
+        default=100, gt=0, le=100, description="share of matching packets dropped (100 = blackhole)"
+    )
+    reject: bool = Field(
+        default=False, description="answer with a TCP reset / ICMP unreachable instead of a silent drop"
+    )
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return str(ipaddress.ip_network(v, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"not an IP network like 10.0.0.0/8 or 2001:db8::/32: {exc}") from None
+
+    @model_validator(mode="after")
+    def _scope(self) -> Self:
+        if self.cidr is None and self.port is None:
+            raise ValueError("give cidr and/or port: a fault that drops every packet of the host is refused")
+        return self
+
+
+def _rule(p: DropParams, hook: str) -> str:
+    parts: list[str] = []
+    if p.cidr is not None:
+        fam = "ip6" if ipaddress.ip_network(p.cidr).version == 6 else "ip"
+        parts.append(f"{fam} {'saddr' if hook == 'input' else 'daddr'} {p.cidr}")
+    if p.port is not None:
+        proto = "{ tcp, udp }" if p.protocol == "any" else p.protocol
+        parts.append(f"meta l4proto {proto} th dport {p.port}")
+    elif p.protocol != "any":
+        parts.append(f"meta l4proto {p.protocol}")
+    if p.percent < 100:
+        parts.append(f"numgen random mod 10000 < {round(p.percent * 100)}")
+    verdict = (
+        "reject with tcp reset" if p.reject and p.protocol == "tcp" else ("reject" if p.reject else "drop")
+    )
+    return " ".join([*parts, "counter", verdict])
+
+
+def _table_script(table: str, p: DropParams) -> str:
+    hooks = {"ingress": ["input"], "egress": ["output"], "both": ["input", "output"]}[p.direction]
+    chains = "\n".join(
+        f"  chain {h} {{ type filter hook {h} priority -10; policy accept; {_rule(p, h)}; }}" for h in hooks
+    )
+    return f"table inet {table} {{\n{chains}\n}}\n"
+
+
+def _counters(netns: str | None, table: str) -> int:
+    out = _run(netns, ["nft", "-j", "list", "table", "inet", table], check=False)
+    total = 0
+    try:
+        for item in json.loads(out or "{}").get("nftables", []):
+            for expr in (item.get("rule") or {}).get("expr", []):
+                if "counter" in expr:
+                    total += int(expr["counter"]["packets"])
+    except ValueError:
+        return 0
+    return total
+
+
+@action("hostnet", "drop_packets", DropParams, fault_type="network_partition")
+async def drop_packets(ctx: ActivityContext, p: DropParams) -> dict[str, Any]:
+    """Drop (or reject) a share of the packets to/from a CIDR and/or port with an nftables table of its own;
+    100% is a blackhole. Rollback deletes the table."""
+    table = f"fp_{uuid.uuid4().hex[:12]}"
+    script = _table_script(table, p)
+    entry = leased_revert(
+        ctx,
+        label=f"hostnet: delete nftables table {table}" + (f" in netns {p.netns}" if p.netns else ""),
+        driver="hostnet",
+        revert="delete_table",
+        args={"netns": p.netns, "table": table},
+    )
+    try:
+        # one transaction: the table exists whole or not at all
+        await anyio.to_thread.run_sync(lambda: _run(p.netns, ["nft", "-f", "-"], stdin=script))
+    except DriverError:
+        withdraw(ctx, entry)  # nft refused the script: nothing applied
+        raise
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    out: dict[str, Any] = {
+        "table": table,
+        "rules": [r.strip() for r in script.splitlines()[1:-2]],
+        "netns": p.netns,
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        out["removed_after_s"] = p.duration_seconds
+    return out
+
+
+class CountParams(_Where):
+    table: str = Field(description="the table a drop_packets fault reported")
+
+
+@probe("hostnet", "dropped_packets", CountParams)
+def dropped_packets(ctx: ActivityContext, p: CountParams) -> int:
+    """Packets the fault's rules matched so far (0 once the fault is reverted)."""
+    if not _NAME.match(p.table):
+        raise DriverError("table: not a table name")
+    return _counters(p.netns, p.table)
+
+
+# --- tc qdiscs: bandwidth and netem ---------------------------------------------------------------------------
+
+
+def _root_qdisc(netns: str | None, iface: str) -> dict[str, Any] | None:
+    out = _run(netns, ["tc", "-j", "qdisc", "show", "dev", iface])
+    for q in json.loads(out or "[]"):
+        if q.get("root"):
+            return dict(q)
+    return None
+
+
+@revert_recipe("hostnet", "delete_qdisc")
+def _recipe_delete_qdisc(args: dict[str, Any]) -> None:
+    try:
+        root = _root_qdisc(args.get("netns"), args["interface"])
+    except DriverError as exc:
+        if "Cannot find device" in str(exc) or "no network namespace" in str(exc):
+            return  # the interface or namespace is gone, and the qdisc with it
+        raise
+    # only our own qdisc: one an operator put there since is not ours to remove
+    if root and root.get("kind") == args["kind"] and root.get("handle") == _HANDLES[args["kind"]]:
+        _run(args.get("netns"), ["tc", "qdisc", "del", "dev", args["interface"], "root"])
+
+
+class _Iface(_Where):
+    interface: str = Field(description="network interface whose outgoing traffic is shaped, e.g. veth0")
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+    @field_validator("interface")
+    @classmethod
+    def _if(cls, v: str) -> str:
+        if not _IFACE.match(v):
+            raise ValueError("an interface name (up to 15 letters, digits, '_', '.', ':', '@', '-')")
+        return v
+
+
+async def _add_qdisc(ctx: ActivityContext, p: _Iface, kind: str, spec: list[str]) -> dict[str, Any]:
+    handle = _HANDLES[kind]
+    root = await anyio.to_thread.run_sync(_root_qdisc, p.netns, p.interface)
+    if root and root.get("handle") == handle:
+        raise DriverError(f"interface: {p.interface} already carries a Faultplane {root.get('kind')} fault")
+    entry = leased_revert(
+        ctx,
+        label=f"hostnet: remove {kind} qdisc from {p.interface}"
+        + (f" in netns {p.netns}" if p.netns else ""),
+        driver="hostnet",
+        revert="delete_qdisc",
+        args={"netns": p.netns, "interface": p.interface, "kind": kind},
+    )
+    argv = ["tc", "qdisc", "add", "dev", p.interface, "root", "handle", handle, kind, *spec]
+    try:
+        await anyio.to_thread.run_sync(lambda: _run(p.netns, argv))
+    except BaseException as exc:
+        if not isinstance(exc, DriverError):
+            await revert_now(ctx, entry)
+            raise
+        withdraw(ctx, entry)  # `tc qdisc add` failed: nothing changed
+        if "qdisc kind is unknown" in str(exc):
+            raise DriverError(
+                f"interface: this kernel has no sch_{kind} (tc: qdisc kind is unknown); load the module "
+                f"(modprobe sch_{kind}) or use a kernel built with it"
+            ) from None
+        if "Exclusivity flag on" in str(exc) or "File exists" in str(exc):
+            raise DriverError(
+                f"interface: {p.interface} already has a root qdisc ({root.get('kind') if root else '?'}); "
+                "Faultplane does not replace an operator's qdisc"
+            ) from None
+        raise
+    out: dict[str, Any] = {"interface": p.interface, "qdisc": f"{kind} {' '.join(spec)}", "netns": p.netns}
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        out["removed_after_s"] = p.duration_seconds
+    return out
+
+
+class BandwidthParams(_Iface):
+    rate_kbit: int = Field(ge=8, le=100_000_000, description="outgoing rate limit in kbit/s")
+    burst_bytes: int = Field(default=16_384, ge=1_600, le=100_000_000, description="token bucket size")
+    latency_ms: int = Field(
+        default=100, ge=1, le=60_000, description="longest a packet may queue before drop"
+    )
+
+
+@action("hostnet", "limit_bandwidth", BandwidthParams, fault_type="latency")
+async def limit_bandwidth(ctx: ActivityContext, p: BandwidthParams) -> dict[str, Any]:
+    """Shape an interface's outgoing traffic to ``rate_kbit`` (tc tbf); rollback removes the qdisc."""
+    spec = ["rate", f"{p.rate_kbit}kbit", "burst", str(p.burst_bytes), "latency", f"{p.latency_ms}ms"]
+    return await _add_qdisc(ctx, p, "tbf", spec)
+
+
+class NetemParams(_Iface):
+    delay_ms: float = Field(default=0, ge=0, le=60_000)
+    jitter_ms: float = Field(default=0, ge=0, le=60_000, description="+/- around delay_ms")
+    loss_percent: float = Field(default=0, ge=0, le=100)
+    corrupt_percent: float = Field(default=0, ge=0, le=100, description="flip a random bit in this share")
+    duplicate_percent: float = Field(default=0, ge=0, le=100)
+    reorder_percent: float = Field(default=0, ge=0, le=100, description="sent at once, ahead of delayed ones")
+
+    @model_validator(mode="after")
+    def _some(self) -> Self:
+        if not any(
+            (
+                self.delay_ms,
+                self.loss_percent,
+                self.corrupt_percent,
+                self.duplicate_percent,
+                self.reorder_percent,
+            )
+        ):
+            raise ValueError(
+                "give at least one of delay_ms, loss_percent, corrupt_percent, duplicate_percent, "
+                "reorder_percent"
+            )
+        if self.reorder_percent and not self.delay_ms:
+            raise ValueError("reorder_percent needs delay_ms (reordered packets skip the delay)")
+        if self.jitter_ms and not self.delay_ms:
+            raise ValueError("jitter_ms needs delay_ms")
+        return self
+
+
+@action("hostnet", "netem", NetemParams, fault_type="latency")
+async def netem(ctx: ActivityContext, p: NetemParams) -> dict[str, Any]:
+    """Delay (with jitter), lose, corrupt, duplicate or reorder an interface's outgoing packets (tc netem);
+    rollback removes the qdisc. Needs a kernel with sch_netem."""
+    spec: list[str] = []
+    if p.delay_ms:
+        spec += ["delay", f"{p.delay_ms}ms"] + ([f"{p.jitter_ms}ms"] if p.jitter_ms else [])
+    for word, pct in (
+        ("loss", p.loss_percent),
+        ("corrupt", p.corrupt_percent),
+        ("duplicate", p.duplicate_percent),
+        ("reorder", p.reorder_percent),
+    ):
+        if pct:
+            spec += [word, f"{pct}%"]
+    return await _add_qdisc(ctx, p, "netem", spec)
