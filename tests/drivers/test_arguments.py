@@ -18,7 +18,7 @@ from clihelp import cli, start_run
 from faultplane.core.formats import ExperimentError
 from faultplane.drivers import leases
 from faultplane.drivers.base import check_arguments, list_activities
-from faultplane.engine.lifecycle import plan
+from faultplane.engine.lifecycle import checked_plan
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -115,10 +115,10 @@ def test_phase0_refuses_a_misspelt_argument_in_the_second_action_before_the_firs
         }
         doc = _experiment(target.pid, second)
         with pytest.raises(ExperimentError) as info:
-            plan(doc)
-        text = str(info.value)
-        assert "method[1].provider.arguments.timout_ms" in text and "'timeout_ms'" in text
-        assert "method[1].provider.arguments.timeout_ms" in text  # and the required one is missing
+            checked_plan(doc)  # phase 0, as `validate` and `run` both do it
+        # one error for one root cause: the misspelt name, with the declared one to use instead
+        assert [i.field for i in info.value.issues] == ["method[1].provider.arguments.timout_ms"]
+        assert "'timeout_ms'" in info.value.issues[0].fix
         # through the CLI: refused, nothing applied
         monkeypatch.setenv("FAULTPLANE_POLICY", str(_lab_policy(tmp_path)))
         path = tmp_path / "exp.yaml"

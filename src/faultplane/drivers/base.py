@@ -286,7 +286,7 @@ def check_arguments(driver: str, name: str, arguments: Any) -> list[ArgumentErro
                 ArgumentError(
                     "driver",
                     f"unknown driver {driver!r}",
-                    f"use {close[0]!r}" if close else f"one of: {', '.join(drivers)}",
+                    f"did you mean {close[0]!r}?" if close else f"one of: {', '.join(drivers)}",
                 )
             ]
         known = sorted(n for d, n in _REGISTRY if d == driver)
@@ -295,7 +295,7 @@ def check_arguments(driver: str, name: str, arguments: Any) -> list[ArgumentErro
             ArgumentError(
                 "name",
                 f"driver {driver!r} has no activity {name!r}",
-                f"use {close[0]!r}" if close else f"one of: {', '.join(known)}",
+                f"did you mean {close[0]!r}?" if close else f"one of: {', '.join(known)}",
             )
         ]
     if arguments is None:

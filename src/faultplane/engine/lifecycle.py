@@ -23,7 +23,7 @@ from faultplane.core.config import mask_secrets, resolve
 from faultplane.core.formats import ExperimentError, ValidationIssue
 from faultplane.core.model import Activity, ActivityRun, ActivityStatus, Experiment, Journal, MethodItem
 from faultplane.core.store import Store
-from faultplane.drivers.base import ActivityContext, experiment_argument_issues, get_activity
+from faultplane.drivers.base import ActivityContext, get_activity
 from faultplane.drivers.blast import radius_cap
 from faultplane.engine.journal import JournalWriter, now, recover_interrupted
 from faultplane.engine.providers import (
@@ -153,9 +153,6 @@ def plan(
         raise ExperimentError(structure_issues() or exc.issues) from None
     if ctk_compat is not None:
         experiment.runtime.ctk_compat = ctk_compat
-    argument_issues = experiment_argument_issues(experiment, resolved.secret_values)
-    if argument_issues:  # a misspelt argument anywhere refuses the run before the first fault applies
-        raise ExperimentError(argument_issues)
     if experiment.load is not None:
         from faultplane.engine.load import parse_load_spec
 
