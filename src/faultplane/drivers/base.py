@@ -363,28 +363,3 @@ def _format_param_errors(where: str, exc: ValidationError) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
         parts.append(f"{where}: arguments.{loc}: {err['msg']}")
     return "; ".join(parts)
-
-
-def experiment_argument_issues(experiment: Any, secret_values: list[str] | tuple[str, ...] = ()) -> list[Any]:
-    """Every driver activity's arguments in an experiment, checked before anything runs (phase 0): one
-    :class:`faultplane.core.formats.ValidationIssue` per problem, placed at the activity in the document."""
-    from faultplane.core.formats import ValidationIssue
-    from faultplane.drivers.sealing import mask_text
-
-    sections: list[tuple[str, list[Any]]] = []
-    hypo = getattr(experiment, "steady_state_hypothesis", None)
-    if hypo is not None:
-        sections.append(("steady-state-hypothesis.probes", list(hypo.probes)))
-    sections += [("method", list(experiment.method)), ("rollbacks", list(experiment.rollbacks))]
-    issues = []
-    for where, items in sections:
-        for i, item in enumerate(items):
-            provider = getattr(item, "provider", None)
-            if getattr(provider, "type", None) != "driver":
-                continue
-            for err in check_arguments(provider.driver, provider.name, provider.arguments):
-                message = mask_text(err.message, secret_values)  # resolved values may hold secrets
-                issues.append(
-                    ValidationIssue(field=f"{where}[{i}].provider.{err.field}", message=message, fix=err.fix)
-                )
-    return issues
