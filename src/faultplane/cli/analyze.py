@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from faultplane.cli.term import Console, Table
 
 app = typer.Typer(
     help="The evidence of past runs: scorecards, trends, anomalies, estimate vs actual, SQL, exports, baselines.",

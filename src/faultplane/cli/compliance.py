@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from faultplane.cli.gameday import emit
+from faultplane.cli.term import Console, Table
 
 app = typer.Typer(
     help="Compliance evidence: which framework requirements your experiments cover.", no_args_is_help=True

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from faultplane.cli.term import Console, Table
 
 # Engine, store and formats are imported inside the commands that use them: `faultplane --help` and the
 # commands that need none of them must not pay for pydantic, DuckDB and anyio at start-up.

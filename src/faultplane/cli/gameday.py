@@ -6,12 +6,10 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from faultplane.core.formats import ExperimentError, dumps
+from faultplane.cli.term import Console, Table
+from faultplane.core.errors import ExperimentError
 
 app = typer.Typer(
     help="GameDays: campaigns of experiments in lanes (ordered or parallel), under one shared load, scored "
@@ -54,6 +52,8 @@ def emit(data: Any, output: str) -> bool:
         raise typer.Exit(2)
     if output == "text":
         return False
+    from faultplane.core.formats import dumps
+
     payload = data.model_dump(mode="json") if hasattr(data, "model_dump") else data
     typer.echo(json.dumps(payload, indent=2, default=str) if output == "json" else dumps(payload, "toon"))
     return True
@@ -127,6 +127,8 @@ def run(
     def progress(r: Any) -> None:
         if not quiet:
             console.print(f"  {r.lane}[{r.position}] {Path(r.experiment).name}: {r.status}")
+
+    import anyio
 
     try:
         values = variables(var, var_file)

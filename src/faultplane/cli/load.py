@@ -10,14 +10,10 @@ import json
 import signal
 from typing import Annotated, Any
 
-import anyio
 import typer
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from faultplane.core.formats import ExperimentError
+from faultplane.cli.term import Console, Table
+from faultplane.core.errors import ExperimentError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -122,6 +118,11 @@ def load(
             raise typer.Exit(2)
         headers[name.strip()] = value.strip()
     spec_in["headers"] = headers
+
+    import anyio
+    from rich.console import Group
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from faultplane.engine.load import LoadGenerator, parse_load_spec
 

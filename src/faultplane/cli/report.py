@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+
+from faultplane.cli.term import Console
 
 console = Console()
 err_console = Console(stderr=True)
