@@ -116,3 +116,43 @@ def test_every_help_fits_80_columns(path: list[str]) -> None:
     wide = [line for line in result.output.splitlines() if len(line) > 80]
     assert not wide, f"`faultplane {' '.join(path)} --help` has lines past 80 columns: {wide}"
     assert "Usage:" in result.output
+
+
+def test_an_ambiguous_run_id_prefix_lists_the_matches(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("gates: {required: false}\n")
+    monkeypatch.setenv("FAULTPLANE_POLICY", str(policy))
+    exp = tmp_path / "exp.json"
+    probe = {"type": "python", "module": "json", "func": "dumps", "arguments": {"obj": 1}}
+    exp.write_text(
+        json.dumps(
+            {
+                "title": "t",
+                "description": "d",
+                "steady-state-hypothesis": {
+                    "title": "h",
+                    "probes": [{"type": "probe", "name": "p", "tolerance": "1", "provider": probe}],
+                },
+                "method": [{"type": "probe", "name": "m", "provider": probe}],
+            }
+        )
+    )
+    runner = CliRunner()
+    ids = []
+    for _ in range(17):  # 17 ids of hex digits: two of them share a first character
+        result = runner.invoke(app, ["run", str(exp), "-q", "-o", "json"])
+        assert result.exit_code == 0, result.output
+        ids.append(json.loads(result.stdout)["run_id"])
+    first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) >= 2)
+    sharing = sorted(i for i in ids if i.startswith(first))
+    shown = runner.invoke(app, ["journal", "show", first])
+    assert shown.exit_code == 2
+    assert "ambiguous" in shown.output and all(i in shown.output for i in sharing[:10])
+    assert "more characters" in shown.output
+    unique = runner.invoke(app, ["journal", "show", ids[0][:12], "-f", "json"])
+    assert unique.exit_code == 0 and ids[0] in unique.stdout
+    for wildcard in ("_", "%", ids[0][:3] + "%"):  # SQL LIKE wildcards are characters here, not patterns
+        miss = runner.invoke(app, ["journal", "show", wildcard])
+        assert miss.exit_code == 2 and "no journal" in miss.output
