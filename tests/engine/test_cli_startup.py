@@ -3,6 +3,7 @@ and every command's help fits an 80-column terminal."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -156,3 +157,29 @@ def test_an_ambiguous_run_id_prefix_lists_the_matches(tmp_path: Any, monkeypatch
     for wildcard in ("_", "%", ids[0][:3] + "%"):  # SQL LIKE wildcards are characters here, not patterns
         miss = runner.invoke(app, ["journal", "show", wildcard])
         assert miss.exit_code == 2 and "no journal" in miss.output
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs", "list", "--store", "/proc/no-such-dir/store.duckdb"],  # a store that cannot be opened
+        ["journal", "show", "abc", "--store", "/dev/null"],  # not a database at all
+    ],
+)
+def test_an_unanticipated_error_is_one_line_and_debug_shows_the_traceback(argv: list[str]) -> None:
+    plain = subprocess.run(
+        [sys.executable, "-m", "faultplane", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert plain.returncode in (2, 4), plain.stderr
+    assert "Traceback" not in plain.stderr and plain.stderr.strip(), plain.stderr
+    if plain.returncode == 4:
+        assert plain.stderr.startswith("faultplane: ") and "--debug" in plain.stderr
+        debug = subprocess.run(
+            [sys.executable, "-m", "faultplane", *argv, "--debug"], capture_output=True, text=True, timeout=60
+        )
+        assert debug.returncode == 1 and "Traceback" in debug.stderr
+        env = {**os.environ, "FAULTPLANE_DEBUG": "1"}
+        by_env = subprocess.run(
+            [sys.executable, "-m", "faultplane", *argv], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert "Traceback" in by_env.stderr

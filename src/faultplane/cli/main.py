@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 from typing import Any
 
 import typer
@@ -135,7 +137,9 @@ class _LazyGroup(TyperGroup):
         except typer._click.exceptions.UsageError as exc:
             matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
             if matches:
-                exc.message = exc.message.rstrip(".") + ". Did you mean " + ", ".join(map(repr, matches)) + "?"
+                exc.message = (
+                    exc.message.rstrip(".") + ". Did you mean " + ", ".join(map(repr, matches)) + "?"
+                )
             raise
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
@@ -171,12 +175,45 @@ def _root(
     version: bool = typer.Option(
         False, "--version", "-V", help="Print the version and exit.", callback=_version, is_eager=True
     ),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of an unexpected error (also FAULTPLANE_DEBUG=1)."
+    ),
 ) -> None:
     """Chaos engineering with guardrails: run experiments, inject real faults, read the evidence."""
 
 
-def main() -> None:
-    app()
+# exit code of an error no command anticipated; 0-3 and 130 are the commands' own (README, "Exit codes")
+INTERNAL_ERROR = 4
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or "(no message)"
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text += f": {exc.filename}"
+    return f"{type(exc).__name__}: {text}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI. An error no command handled is one line on stderr (exit 4); `--debug` anywhere on the
+    command line, or FAULTPLANE_DEBUG=1, shows its traceback instead."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("FAULTPLANE_DEBUG", "") not in ("", "0")
+    if "--debug" in args:
+        args = [a for a in args if a != "--debug"]
+        debug = True
+    try:
+        app(args=args, prog_name="faultplane")
+    except KeyboardInterrupt:
+        sys.stderr.write("faultplane: interrupted\n")
+        raise SystemExit(130) from None
+    except Exception as exc:
+        if debug:
+            raise
+        sys.stderr.write(
+            f"faultplane: {_one_line(exc)}\n  run again with --debug for the traceback; if the cause is not "
+            "yours, report it with that traceback\n"
+        )
+        raise SystemExit(INTERNAL_ERROR) from None
 
 
 if __name__ == "__main__":
