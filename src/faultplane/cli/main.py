@@ -46,6 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "faultplane.cli.core",
         "Named experiments (./experiments, $FAULTPLANE_EXPERIMENTS, bundled).",
     ),
+    "init": (
+        "faultplane.cli.init",
+        "Start a project: policy with a lab inventory, a first experiment, the coding-agent hook, chaos rules.",
+    ),
     "design": (
         "faultplane.cli.design",
         "Design escalating experiments (SLO gates, blast radius, rollbacks) that pass the policy; no LLM.",

@@ -31,7 +31,10 @@ class _LazyConsole:
 
 
 def Console(**kwargs: Any) -> RichConsole:
-    """A `rich.console.Console(**kwargs)` made when first used."""
+    """A `rich.console.Console(**kwargs)` made when first used. On stderr, lines are not broken at the
+    terminal's width: an error stays one line, whole for a reader, grep and a log."""
+    if kwargs.get("stderr"):
+        kwargs.setdefault("soft_wrap", True)
     return cast("RichConsole", _LazyConsole(kwargs))
 
 
