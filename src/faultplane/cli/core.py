@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from faultplane.cli.progress import JsonlEvents, RunProgress, print_summary
 from faultplane.cli.term import Console, Table
 
 # Engine, store and formats are imported inside the commands that use them: `faultplane --help` and the
@@ -44,6 +45,10 @@ class RunOutput(enum.StrEnum):
 class ValidateOutput(enum.StrEnum):
     text = "text"
     json = "json"
+
+
+class EventsFormat(enum.StrEnum):
+    jsonl = "jsonl"
 
 
 class TableFormat(enum.StrEnum):
@@ -102,44 +107,6 @@ def validate(
     raise typer.Exit(0 if report.valid else 2)
 
 
-class _Progress:
-    """Live progress of a run: phases, activities, gate samples."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.status: Any = None
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        if self.quiet:
-            return
-        kind = event.get("event")
-        if kind == "phase":
-            console.print(f"[bold cyan]▶ {event['phase']}[/]")
-        elif kind == "activity_start" and self.status is not None:
-            self.status.update(f"{event['section']}: {event['name']} …")
-        elif kind == "activity":
-            run = event["run"]
-            mark = {"succeeded": "[green]✓[/]", "skipped": "[dim]-[/]"}.get(run["status"], "[red]✗[/]")
-            err = f"  [red]{run['exception']}[/]" if run.get("exception") else ""
-            console.print(
-                f"  {mark} {event['section']:<18} {run['activity'].get('name')}"
-                f"  [dim]{run['duration']:.3f}s[/]{err}"
-            )
-        elif kind == "hypothesis":
-            met = event["state"]["steady_state_met"]
-            label = {True: "[green]met[/]", False: "[red]NOT met[/]", None: "[dim]not checked[/]"}[met]
-            console.print(f"  steady state ({event['when']}): {label}")
-        elif kind == "gate_sample":
-            s = event["sample"]
-            if s.get("breaching"):
-                console.print(f"  [yellow]gate {s.get('gate')}: {s.get('sli')}={s.get('value')} breaching[/]")
-        elif kind == "gate_breach":
-            console.print(f"  [bold red]gate breached[/]: {event['breach']}")
-        elif kind == "revert":
-            r = event["revert"]
-            console.print(f"  {'[green]↺[/]' if r['ok'] else '[red]✗ revert failed[/]'} {r['label']}")
-
-
 def run(
     experiment: Annotated[str, typer.Argument(help="file path or listed experiment name")],
     dry_run: Annotated[
@@ -154,7 +121,11 @@ def run(
         Path | None, typer.Option("--journal", help="also write the journal JSON here")
     ] = None,
     output: Annotated[RunOutput, typer.Option("--output", "-o")] = RunOutput.text,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress, only the result")] = False,
+    events: Annotated[
+        EventsFormat | None,
+        typer.Option("--events", help="stream every event on stdout, one JSON object per line, for tools"),
+    ] = None,
 ) -> None:
     """Run an experiment. Exit 0 steady state held, 1 deviated/failed, 2 invalid, 3 aborted/refused, 130 interrupted."""
     import anyio
@@ -169,7 +140,9 @@ def run(
             f"[yellow]found interrupted run {rec['run_id']} ({rec['title']}, started "
             f"{rec['started']}): marked interrupted[/]"
         )
-    progress = _Progress(quiet or output != "text")
+    progress: RunProgress | JsonlEvents = (
+        JsonlEvents() if events is not None else RunProgress(quiet or output != "text")
+    )
     try:
         variables = _variables(var, var_file)
 
@@ -180,6 +153,7 @@ def run(
                     dry_run=dry_run,
                     variables=variables,
                     store=st,
+                    on_event=progress if events is not None else None,
                     policy_path=policy,
                     approval_token=approval,
                     handle_signals=True,
@@ -203,14 +177,16 @@ def run(
         raise typer.Exit(2) from None
     if journal is not None:
         journal.write_text(get_journal(result.run_id, "json", st), encoding="utf-8")
-    if output == "json":
+    if events is not None:
+        progress({"event": "result", "result": result.model_dump(mode="json")})
+    elif output == "json":
         console.print_json(result.model_dump_json())
     elif output == "toon":
         from faultplane.services.experiments import journal_toon
 
         console.print(journal_toon(result.run_id, st), markup=False, highlight=False)
     else:
-        _print_summary(result)
+        print_summary(result)
     _exit(result.exit_code)
 
 
@@ -222,29 +198,6 @@ def _exit(code: int) -> None:
         sys.stderr.flush()
         os._exit(code)
     raise typer.Exit(code)
-
-
-def _print_summary(result: Any) -> None:
-    colour = {
-        "completed": "green",
-        "deviated": "yellow",
-        "failed": "red",
-        "aborted": "red",
-        "refused": "red",
-        "interrupted": "yellow",
-    }.get(result.status, "white")
-    table = Table(title=f"run {result.run_id}", show_header=False, title_justify="left")
-    table.add_row("experiment", result.experiment_title)
-    table.add_row("status", f"[{colour}]{result.status}[/]")
-    table.add_row(
-        "steady state before / after", f"{result.steady_state_before} / {result.steady_state_after}"
-    )
-    table.add_row("duration", f"{result.duration_seconds:.2f}s")
-    table.add_row("verdict", result.verdict or "")
-    if result.error:
-        table.add_row("error", f"[red]{result.error}[/]")
-    table.add_row("journal", f"faultplane journal show {result.run_id}")
-    console.print(table)
 
 
 journal_app = typer.Typer(help="Read run journals.", no_args_is_help=True)
@@ -387,3 +340,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(journal_app, name="journal")
     app.add_typer(runs_app, name="runs")
     app.add_typer(experiments_app, name="experiments")
+
+
+# the names the demo and older callers used
+_Progress = RunProgress
+_print_summary = print_summary

@@ -245,7 +245,13 @@ class _Runner:
         activity = self.exp.resolve(item)
         if self.writer.on_event is not None:
             self.writer.notify(
-                {"event": "activity_start", "section": section, "name": activity.name, "type": activity.type}
+                {
+                    "event": "activity_start",
+                    "section": section,
+                    "name": activity.name,
+                    "type": activity.type,
+                    "pauses": activity.pauses.model_dump(exclude_none=True) if activity.pauses else None,
+                }
             )
         start = now()
         status: ActivityStatus = "succeeded"
