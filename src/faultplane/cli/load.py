@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from faultplane.cli.term import Console, Table
+from faultplane.cli.term import Console, Table, real_console
 from faultplane.core.errors import ExperimentError
 
 console = Console()
@@ -169,7 +169,9 @@ def load(
             if as_json:
                 await gen.run()
             else:
-                with Live(Group(progress, _live_table(rows)), console=console, refresh_per_second=4) as live:
+                with Live(
+                    Group(progress, _live_table(rows)), console=real_console(console), refresh_per_second=4
+                ) as live:
                     tg.start_soon(show, live)
                     await gen.run()
                     progress.update(task, completed=gen.elapsed())

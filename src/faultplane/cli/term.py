@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console as RichConsole
     from rich.table import Table as RichTable
 
-__all__ = ["Console", "Table"]
+__all__ = ["Console", "Table", "real_console"]
 
 
 class _LazyConsole:
@@ -21,13 +21,16 @@ class _LazyConsole:
         self._kwargs = kwargs
         self._console: RichConsole | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def real(self) -> RichConsole:
         console = self._console
         if console is None:
             from rich.console import Console as RichConsole
 
             console = self._console = RichConsole(**self._kwargs)
-        return getattr(console, name)
+        return console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
 
 
 def Console(**kwargs: Any) -> RichConsole:
@@ -42,3 +45,8 @@ def Table(*args: Any, **kwargs: Any) -> RichTable:
     from rich.table import Table as RichTable
 
     return RichTable(*args, **kwargs)
+
+
+def real_console(console: RichConsole) -> RichConsole:
+    """The rich console behind a stand-in, for rich APIs that take a console (Live, Progress)."""
+    return console.real() if isinstance(console, _LazyConsole) else console
