@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from faultplane.cli.progress import JsonlEvents, RunProgress, print_summary
-from faultplane.cli.term import Console, Table
+from faultplane.cli.term import Console, Table, timestamp
 
 # Engine, store and formats are imported inside the commands that use them: `faultplane --help` and the
 # commands that need none of them must not pay for pydantic, DuckDB and anyio at start-up.
@@ -138,7 +138,7 @@ def run(
     for rec in recover(st):
         err_console.print(
             f"[yellow]found interrupted run {rec['run_id']} ({rec['title']}, started "
-            f"{rec['started']}): marked interrupted[/]"
+            f"{timestamp(rec['started'])}): marked interrupted[/]"
         )
     progress: RunProgress | JsonlEvents = (
         JsonlEvents() if events is not None else RunProgress(quiet or output != "text")
@@ -233,9 +233,10 @@ def journal_show(
         f"{c['duration_seconds']}s  seed {c['seed']}"
     )
     console.print(c["verdict"] or "")
-    table = Table("section", "activity", "type", "status", "seconds", "error")
+    table = Table("at s", "section", "activity", "type", "status", "seconds", "error")
     for a in c["activities"]:
-        table.add_row(a["section"], a["name"], a["type"], a["status"], f"{a['seconds']:.3f}", a["error"])
+        at = "" if a.get("at_s") is None else f"{a['at_s']:.3f}"
+        table.add_row(at, a["section"], a["name"], a["type"], a["status"], f"{a['seconds']:.3f}", a["error"])
     console.print(table)
     if c["gate_breach"]:
         console.print(f"[red]gate breach[/]: {c['gate_breach']}")
@@ -259,6 +260,7 @@ def runs_list(
         print(dumps(rows, "json" if fmt == TableFormat.json else "toon"))
         return
     table = Table("run", "experiment", "status", "before", "after", "started", "seconds")
+    table.columns[0].min_width = 16  # a run id is only useful whole
     for r in rows:
         table.add_row(
             r["run_id"],
@@ -266,7 +268,7 @@ def runs_list(
             r["status"],
             str(r["steady_state_before"]),
             str(r["steady_state_after"]),
-            str(r["started_at"])[:19],
+            timestamp(r["started_at"]),
             f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "",
         )
     console.print(table)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from faultplane.cli.term import Console, Table
+from faultplane.cli.term import Console, Table, timestamp
 from faultplane.core.errors import ExperimentError
 
 app = typer.Typer(
@@ -186,7 +186,7 @@ def list_(store: StoreOpt = None, output: OutputOpt = "text") -> None:
         table.add_row(
             r["gameday_id"],
             r["name"],
-            str(r["started_at"])[:19],
+            timestamp(r["started_at"]),
             f"{r['score']:.1f}" if r["score"] is not None else "",
             r["grade"] or "",
         )
