@@ -99,7 +99,7 @@ def validate(
         raise typer.Exit(2) from None
     report = validate_experiment(experiment, variables=variables, policy_path=policy)
     if output == "json":
-        console.print_json(report.model_dump_json())
+        typer.echo(report.model_dump_json(indent=2))
     elif report.valid:
         console.print(f"[green]✓ valid[/]: {report.title}")
     else:
@@ -135,6 +135,9 @@ def run(
     from faultplane.services.runs import get_journal, recover
 
     st = _use_store(store)
+    from faultplane.core.store import write_queue_after_exit
+
+    write_queue_after_exit()
     for rec in recover(st):
         err_console.print(
             f"[yellow]found interrupted run {rec['run_id']} ({rec['title']}, started "
@@ -180,7 +183,7 @@ def run(
     if events is not None:
         progress({"event": "result", "result": result.model_dump(mode="json")})
     elif output == "json":
-        console.print_json(result.model_dump_json())
+        typer.echo(result.model_dump_json(indent=2))
     elif output == "toon":
         from faultplane.services.experiments import journal_toon
 
