@@ -191,3 +191,46 @@ def list_(store: StoreOpt = None, output: OutputOpt = "text") -> None:
             r["grade"] or "",
         )
     console.print(table)
+
+
+@app.command()
+def templates(output: OutputOpt = "text") -> None:
+    """The GameDay templates Faultplane ships, with the compliance requirements each evidences."""
+    from faultplane.services.gameday_templates import list_templates
+
+    found = list_templates()
+    rows = [
+        {"name": t.name, "title": t.title, "requirements": t.requirements, "description": t.description}
+        for t in found
+    ]
+    if emit({"templates": rows}, output):
+        return
+    table = Table("template", "gameday", "requirements")
+    for t in found:
+        table.add_row(t.name, t.title, ", ".join(t.requirements))
+    console.print(table)
+    console.print("copy one with: faultplane gameday new --template NAME [DIRECTORY]", highlight=False)
+
+
+@app.command()
+def new(
+    template: Annotated[str, typer.Option("--template", "-t", help="a template name (`gameday templates`)")],
+    directory: Annotated[
+        Path | None, typer.Argument(help="where to write it (default: ./gameday-TEMPLATE)")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="overwrite files of the same name")] = False,
+) -> None:
+    """Start a GameDay from a shipped template: the GameDay file and its experiments, ready to run."""
+    from faultplane.services.gameday_templates import new_from_template
+
+    try:
+        written = new_from_template(template, directory, force=force)
+    except (LookupError, FileExistsError) as exc:
+        err_console.print(f"[red]{exc.args[0]}[/]", highlight=False)
+        raise typer.Exit(2) from None
+    for path in written:
+        console.print(f"[green]created[/] {path}", highlight=False)
+    console.print(
+        f"next: faultplane gameday run {written[0].parent / 'gameday.yaml'}", highlight=False, markup=False
+    )
+    console.print("      (its header says which service to start and which --var to pass)", highlight=False)
