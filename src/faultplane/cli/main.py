@@ -92,6 +92,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "GameDays: campaigns of experiments in lanes (ordered or parallel), under one shared load, scored by "
         "pass rate, recovery, load impact and compliance coverage (formula: docs/gamedays.md).",
     ),
+    "dora": (
+        "faultplane.cli.dora",
+        "DORA Four Keys from CI/CD (deployments, incidents) beside what chaos experiments showed.",
+    ),
     "compliance": (
         "faultplane.cli.compliance",
         "Compliance evidence: which framework requirements your experiments cover.",
