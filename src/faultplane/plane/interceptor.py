@@ -85,6 +85,8 @@ class Interceptor:
         self.recorder = recorder
         self._pending: dict[str, _Pending] = {}
         self._swallow: OrderedDict[str, None] = OrderedDict()
+        # head-of-line blocking: until when each session's connection is held by a stalled call
+        self._blocked_until: dict[str, float] = {}
         self.internal_errors = 0
 
     # --- client -> server ---------------------------------------------------------------------------------
@@ -111,16 +113,31 @@ class Interceptor:
         except Exception as exc:
             return self._client_side_failure(msg, key, rid, exc)
         now = time.perf_counter()
+        queued = self._queued_behind(scope, now, decision)
         if decision is None:
             self._pending[key] = _Pending(rid, now, method, tool_of(msg), task_of(msg), None)
-            return PASS
+            return PASS if not queued else ClientAction(delay_s=queued)
         pending = _Pending(rid, now, method, decision.tool, task_of(msg), decision)
         self._inject(pending, decision.immediate_events)
+        delay_s = queued + decision.delay_s
         if decision.reply is not None:
-            self._record(pending, outcome_of(decision.reply), decision.delay_s * 1000.0)
-            return ClientAction(forward=False, delay_s=decision.delay_s, reply=encode(decision.reply))
+            self._record(pending, outcome_of(decision.reply), delay_s * 1000.0)
+            return ClientAction(forward=False, delay_s=delay_s, reply=encode(decision.reply))
         self._pending[key] = pending
-        return ClientAction(delay_s=decision.delay_s)
+        return ClientAction(delay_s=delay_s)
+
+    def _queued_behind(self, scope: str, now: float, decision: Decision | None) -> float:
+        """How long a request waits behind a stalled call on its session (head-of-line blocking); a call
+        that stalls holds the session from now until its own stall ends."""
+        if not self._blocked_until and (decision is None or not decision.block_s):
+            return 0.0
+        wait = max(0.0, self._blocked_until.get(scope, 0.0) - now)
+        if decision is not None and decision.block_s:
+            self._blocked_until[scope] = now + wait + decision.delay_s
+            if len(self._blocked_until) > 1000:  # sessions come and go; forget the ones no longer held
+                for s in [s for s, t in self._blocked_until.items() if t <= now]:
+                    del self._blocked_until[s]
+        return wait
 
     def _inject(self, pending: _Pending, events: list[FaultEvent]) -> None:
         """Faults that changed what the client sees: only these are recorded as injected."""

@@ -44,6 +44,9 @@ class Workload:
     items_per_result: int = 6
     deadline_ms: float = 4000.0
     call_timeout_ms: float = 1000.0
+    # head-of-line blocking: how many calls sit queued behind a stalled one on the shared gateway connection
+    # (each waits out the stall); the simulator's own calls are sequential, so this is the queue it models
+    queued_behind: int = 2
 
     def __post_init__(self) -> None:
         if self.tasks < 1 or self.fanout < 1:
@@ -93,6 +96,9 @@ class _Sim:
         self.engine = FaultEngine(plan, clock=lambda: self.now_ms / 1000.0)
         self.calls: list[CallRecord] = []
         self.next_id = 0
+        self.queue_stall_ms = 0.0  # head-of-line: the stall the next queued calls still wait out
+        self.queue_left = 0
+        self.hol_label = ""
         self.policy = self._policy()
 
     def _policy(self) -> ResiliencePolicy:
@@ -155,6 +161,15 @@ class _Sim:
         response: dict[str, Any] | None
         corrupted = False
         faults = [e.fault_name for e in d.immediate_events] if d else []
+        if self.queue_left > 0:  # queued behind a stalled call on the gateway connection
+            delay += self.queue_stall_ms
+            faults.append(self.hol_label)
+            self.queue_left -= 1
+        if d is not None and d.block_s > 0:
+            self.queue_stall_ms, self.queue_left = d.block_s * 1000.0, self.w.queued_behind
+            self.hol_label = next(
+                (e.fault_name for e in d.events if e.fault_type == "head_of_line"), "head_of_line"
+            )
         if d is not None and d.reply is not None:
             response, latency = d.reply, delay + 1.0
         elif d is not None and d.drop_response:
