@@ -180,3 +180,39 @@ def runnable_experiment(url: str, *, title: str = "Engine guardrail run", **chan
         else:
             doc[key] = value
     return doc
+
+
+# ---- signed approvals ------------------------------------------------------------------------------------------
+
+APPROVER_PASSPHRASE = "correct horse battery staple"
+
+
+class Approver:
+    """A person's Ed25519 approver key outside any project, and policies that trust it."""
+
+    def __init__(self, folder: Path, principal: str = "alice") -> None:
+        from faultplane.core import approval as approvals
+
+        self.principal = principal
+        self.key_path = folder / f"{principal}-approver.key"
+        # the lowest scrypt cost the loader accepts, to keep tests quick; keygen's default is 8x that
+        self.line = approvals.generate_key(self.key_path, principal, APPROVER_PASSPHRASE, scrypt_n=2**14)
+
+    def policy(self, **approval: Any) -> Any:
+        from faultplane.core.policy import ApprovalRules, Policy
+
+        return Policy(approval=ApprovalRules(trusted_keys=[self.line], **approval))
+
+    def policy_yaml(self, extra: str = "") -> str:
+        return f"approval:\n  trusted_keys: [{json.dumps(self.line)}]\n{extra}"
+
+    def write_policy(self, project: Path, extra: str = "") -> Path:
+        path = project / "faultplane.policy.yaml"
+        path.write_text(self.policy_yaml(extra))
+        return path
+
+    def sign(self, content_hash: str, *, family: str = "f", **kw: Any) -> Any:
+        from faultplane.core import approval as approvals
+
+        key = approvals.load_signing_key(self.key_path, APPROVER_PASSPHRASE)
+        return approvals.sign_approval(content_hash, key=key, trusted_keys=[self.line], family=family, **kw)

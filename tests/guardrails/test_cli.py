@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from guard_helpers import base_experiment, record_run, write_experiment
+from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment, record_run, write_experiment
 from typer.testing import CliRunner
 
 from faultplane.cli.main import app
@@ -51,20 +51,28 @@ def test_check_reports_three_greens(project: Path) -> None:
     assert "3 consecutive green runs" in json.loads(res.output)["advice"][0]
 
 
-def test_approve_then_check(project: Path) -> None:
+def test_approve_then_check(project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bob = Approver(tmp_path / "keys", "bob")
+    bob.write_policy(project)
+    monkeypatch.setenv("FAULTPLANE_APPROVER_PASSPHRASE", APPROVER_PASSPHRASE)
     write_experiment(project, base_experiment(blast_radius={"percent": 25}), "wide.yaml")
     assert runner.invoke(app, ["guard", "check", "wide.yaml"]).exit_code == 3
-    res = runner.invoke(app, ["guard", "approve", "wide.yaml", "--approver", "bob", "--reason", "game day"])
-    assert res.exit_code == 0 and "approved payment-db-latency" in res.output and "token: fpa1." in res.output
+    key = ["--key", str(bob.key_path)]
+    res = runner.invoke(app, ["guard", "approve", "wide.yaml", "--reason", "game day", *key])
+    assert res.exit_code == 0 and "approved payment-db-latency" in res.output and "token: fpa2." in res.output
     res = runner.invoke(app, ["guard", "check", "wide.yaml", "-o", "json"])
     assert res.exit_code == 0 and json.loads(res.output)["approved_by"] == "bob"
     audit = Store().query("SELECT actor, action, subject FROM audit WHERE action = 'approve'")
     assert audit == [{"actor": "bob", "action": "approve", "subject": "payment-db-latency"}]
 
 
-def test_approve_warns_when_other_rules_still_refuse(project: Path) -> None:
+def test_approve_warns_when_other_rules_still_refuse(
+    project: Path, approver: Approver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    approver.write_policy(project)
+    monkeypatch.setenv("FAULTPLANE_APPROVER_PASSPHRASE", APPROVER_PASSPHRASE)
     write_experiment(project, base_experiment(slo_gates=None, blast_radius={"percent": 25}), "x.yaml")
-    res = runner.invoke(app, ["guard", "approve", "x.yaml"])
+    res = runner.invoke(app, ["guard", "approve", "x.yaml", "--key", str(approver.key_path)])
     assert res.exit_code == 0 and "still refuses" in res.output and "gates.required" in res.output
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import base_experiment, write_experiment
+from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment, write_experiment
 
 from faultplane.core import approval as approvals
 
@@ -217,7 +217,8 @@ def test_malformed_input_blocks(project: Path) -> None:
     assert res.returncode == 2
 
 
-def test_human_approval_unblocks_exactly_that_version(project: Path) -> None:
+def test_human_approval_unblocks_exactly_that_version(project: Path, approver: Approver) -> None:
+    approver.write_policy(project)
     payload = bash("faultplane run stage1.yaml", project)
     assert hook(payload).returncode == 2
     approve = subprocess.run(
@@ -228,8 +229,8 @@ def test_human_approval_unblocks_exactly_that_version(project: Path) -> None:
             "guard",
             "approve",
             "stage1.yaml",
-            "--approver",
-            "alice",
+            "--key",
+            str(approver.key_path),
             "--reason",
             "reviewed",
             "-o",
@@ -240,10 +241,11 @@ def test_human_approval_unblocks_exactly_that_version(project: Path) -> None:
         text=True,
         timeout=30,
         check=False,
+        env={**os.environ, "FAULTPLANE_APPROVER_PASSPHRASE": APPROVER_PASSPHRASE},
     )
     assert approve.returncode == 0, approve.stderr
     token = json.loads(approve.stdout)
-    assert token["approver"] == "alice" and token["token"].startswith("fpa1.")
+    assert token["approver"] == "alice" and token["token"].startswith("fpa2.")
     assert hook(payload).returncode == 0
     # the agent edits the approved experiment: the approval no longer applies
     text = (project / "stage1.yaml").read_text()

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import DegradableService, base_experiment, runnable_experiment, write_experiment
+from guard_helpers import (
+    APPROVER_PASSPHRASE,
+    Approver,
+    DegradableService,
+    base_experiment,
+    runnable_experiment,
+    write_experiment,
+)
 from typer.testing import CliRunner
 
 from faultplane.cli.main import app
@@ -68,11 +75,12 @@ APPROVED = {"route_name": "cart", "tox": 0.1}
 OTHER = {"route_name": "payments", "tox": 1.0}
 
 
-async def test_an_approval_covers_only_the_variables_it_was_given(project: Path) -> None:
+async def test_an_approval_covers_only_the_variables_it_was_given(project: Path, approver: Approver) -> None:
+    approver.write_policy(project)
     path = write_experiment(project, _templated(), "tox.yaml")
     store = Store(project / "s.duckdb")
     assert not check_experiment(path, variables=APPROVED, store=store).allowed
-    approve_experiment(path, variables=APPROVED, approver="alice")
+    approve_experiment(path, variables=APPROVED, key_path=approver.key_path, passphrase=APPROVER_PASSPHRASE)
 
     assert check_experiment(path, variables=APPROVED, store=store).approved_by == "alice"
     refused = check_experiment(path, variables=OTHER, store=store)
@@ -97,11 +105,25 @@ async def test_an_approval_covers_only_the_variables_it_was_given(project: Path)
     assert res.exit_code == 0, res.output
 
 
-def test_the_cli_approval_binds_its_vars(project: Path) -> None:
+def test_the_cli_approval_binds_its_vars(
+    project: Path, approver: Approver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    approver.write_policy(project)
+    monkeypatch.setenv("FAULTPLANE_APPROVER_PASSPHRASE", APPROVER_PASSPHRASE)
     write_experiment(project, _templated(), "tox.yaml")
     res = runner.invoke(
         app,
-        ["guard", "approve", "tox.yaml", "--var", "route_name=cart", "--var", "tox=0.1", "--approver", "bob"],
+        [
+            "guard",
+            "approve",
+            "tox.yaml",
+            "--var",
+            "route_name=cart",
+            "--var",
+            "tox=0.1",
+            "--key",
+            str(approver.key_path),
+        ],
     )
     assert res.exit_code == 0, res.output
     assert (
@@ -116,14 +138,15 @@ def test_the_cli_approval_binds_its_vars(project: Path) -> None:
 
 
 def test_a_changed_secret_invalidates_the_approval_and_is_never_stored(
-    project: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, monkeypatch: pytest.MonkeyPatch, approver: Approver
 ) -> None:
+    approver.write_policy(project)
     doc = _templated()
     doc["secrets"] = {"api": {"token": {"type": "env", "key": "FP_TEST_TOKEN"}}}
     doc["method"][0]["provider"]["arguments"] += ["--token", "${token}"]
     path = write_experiment(project, doc, "secret.yaml")
     monkeypatch.setenv("FP_TEST_TOKEN", "tok-AAAA-1111")
-    granted = approve_experiment(path, approver="alice")
+    granted = approve_experiment(path, key_path=approver.key_path, passphrase=APPROVER_PASSPHRASE)
     assert check_experiment(path).approved_by == "alice"
     stored = "".join(f.read_text() for f in approvals.approvals_dir().glob("*.json"))
     assert "tok-AAAA-1111" not in stored and "tok-AAAA-1111" not in granted.token
@@ -131,12 +154,13 @@ def test_a_changed_secret_invalidates_the_approval_and_is_never_stored(
     assert not check_experiment(path).allowed
 
 
-def test_an_approval_needs_every_variable_resolved(project: Path) -> None:
+def test_an_approval_needs_every_variable_resolved(project: Path, approver: Approver) -> None:
+    approver.write_policy(project)
     doc = _templated()
     doc["configuration"] = {"route_name": {"type": "env", "key": "FP_TEST_UNSET_ROUTE"}, "tox": 0.1}
     path = write_experiment(project, doc, "unset.yaml")
     with pytest.raises(ExperimentError) as info:
-        approve_experiment(path)
+        approve_experiment(path, key_path=approver.key_path, passphrase=APPROVER_PASSPHRASE)
     assert "FP_TEST_UNSET_ROUTE" in str(info.value) and "--var" in str(info.value)
     assert not approvals.approvals_dir().exists() or not list(approvals.approvals_dir().glob("*.json"))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_helpers import base_experiment, record_run
+from guard_helpers import Approver, base_experiment, record_run
 
 from faultplane.core import approval as approvals
 from faultplane.core.policy import (
@@ -278,45 +278,46 @@ def test_streak_counts_only_the_current_stage(store: Store) -> None:
 # ---- approvals ---------------------------------------------------------------------------------------------
 
 
-def test_approval_allows_a_skip_and_a_change_invalidates_it(store: Store) -> None:
+def test_approval_allows_a_skip_and_a_change_invalidates_it(store: Store, approver: Approver) -> None:
     doc = base_experiment(blast_radius={"percent": 25})
-    granted = approvals.issue_approval(approval_hash(doc), family=FAMILY, approver="alice")
-    decision = evaluate(doc, policy=Policy(), store=store)
+    pol = approver.policy()
+    granted = approver.sign(approval_hash(doc), family=FAMILY)
+    decision = evaluate(doc, policy=pol, store=store)
     assert decision.allowed and decision.approved_by == "alice"
     changed = base_experiment(blast_radius={"percent": 25}, description="one more word")
-    decision = evaluate(changed, policy=Policy(), store=store)
+    decision = evaluate(changed, policy=pol, store=store)
     assert not decision.allowed
     assert "changed since" in decision.violations[0].message
-    decision = evaluate(changed, policy=Policy(), store=store, approval_token=granted.token)
+    decision = evaluate(changed, policy=pol, store=store, approval_token=granted.token)
     assert not decision.allowed and "different version" in decision.violations[0].message
 
 
-def test_explicit_token_verifies(store: Store) -> None:
+def test_explicit_token_verifies(store: Store, approver: Approver) -> None:
     doc = base_experiment(blast_radius={"percent": 25})
-    granted = approvals.issue_approval(approval_hash(doc), family=FAMILY)
+    granted = approver.sign(approval_hash(doc), family=FAMILY)
     for f in approvals.approvals_dir().glob("*.json"):
         f.unlink()  # only the token itself now
-    assert evaluate(doc, policy=Policy(), store=store, approval_token=granted.token).allowed
+    assert evaluate(doc, policy=approver.policy(), store=store, approval_token=granted.token).allowed
+    # the same signed token under a policy that does not trust alice's key approves nothing
+    refused = evaluate(doc, policy=Policy(), store=store, approval_token=granted.token)
+    assert not refused.allowed and "trusts no approver key" in refused.violations[0].message
 
 
-def test_forged_and_expired_tokens_are_rejected() -> None:
+def test_altered_and_expired_tokens_are_rejected(approver: Approver) -> None:
     chash = "a" * 64
-    granted = approvals.issue_approval(chash, family="f", ttl_s=60)
-    head, payload, mac = granted.token.split(".")
+    granted = approver.sign(chash, ttl_s=60)
+    head, payload, sig = granted.token.split(".")
     with pytest.raises(approvals.ApprovalError, match="signature"):
-        approvals.verify_token(f"{head}.{payload}.{mac[:-2]}AA", chash)
+        approvals.verify_token(f"{head}.{payload}.{sig[:-2]}AA", chash, trusted_keys=[approver.line])
     with pytest.raises(approvals.ApprovalError, match="expired"):
-        approvals.verify_token(granted.token, chash, now=time.time() + 120)
+        approvals.verify_token(granted.token, chash, trusted_keys=[approver.line], now=time.time() + 120)
     with pytest.raises(approvals.ApprovalError, match="not a Faultplane approval"):
-        approvals.verify_token("hello", chash)
-    approvals.key_path().write_text("00" * 32)  # another machine's key
-    with pytest.raises(approvals.ApprovalError, match="signature"):
-        approvals.verify_token(granted.token, chash)
+        approvals.verify_token("hello", chash, trusted_keys=[approver.line])
 
 
-def test_key_file_is_private() -> None:
-    approvals.issue_approval("b" * 64, family="f")
-    assert approvals.key_path().stat().st_mode & 0o777 == 0o600
+def test_key_file_is_private_and_encrypted(approver: Approver) -> None:
+    assert approver.key_path.stat().st_mode & 0o777 == 0o600
+    assert b"ENCRYPTED PRIVATE KEY" in approver.key_path.read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -341,13 +342,13 @@ def test_key_file_is_private() -> None:
         ),
     ],
 )
-def test_risky_fault_types_need_approval(provider: dict[str, Any], why: str) -> None:
+def test_risky_fault_types_need_approval(provider: dict[str, Any], why: str, approver: Approver) -> None:
     doc = base_experiment(method=[{"type": "action", "name": "inject", "provider": provider}])
-    decision = evaluate(doc, policy=Policy(), store=None)
+    decision = evaluate(doc, policy=approver.policy(), store=None)
     assert [v.rule for v in decision.violations] == ["approval.required"]
     assert why in decision.violations[0].message
-    approvals.issue_approval(approval_hash(doc), family=FAMILY)
-    assert evaluate(doc, policy=Policy(), store=None).allowed
+    approver.sign(approval_hash(doc), family=FAMILY)
+    assert evaluate(doc, policy=approver.policy(), store=None).allowed
 
 
 def test_engine_can_name_fault_types_from_its_registry() -> None:
@@ -377,16 +378,15 @@ def test_policy_action_globs_need_approval(tmp_path: Path) -> None:
     assert "kubernetes.delete_pods" in decision.violations[0].message
 
 
-def test_engine_hash_and_family_are_used_when_given() -> None:
+def test_engine_hash_and_family_are_used_when_given(approver: Approver) -> None:
     doc = base_experiment(blast_radius={"percent": 25})
-    approvals.issue_approval("a" * 64, family="fam")
-    d = evaluate(
-        doc, policy=Policy(), store=None, content_hash="c" * 64, family="fam", approval_hash="a" * 64
-    )
+    pol = approver.policy()
+    approver.sign("a" * 64, family="fam")
+    d = evaluate(doc, policy=pol, store=None, content_hash="c" * 64, family="fam", approval_hash="a" * 64)
     assert d.allowed and d.content_hash == "c" * 64 and d.family == "fam" and d.approval_hash == "a" * 64
     # an approval of the content hash alone (the file as written) approves nothing
-    approvals.issue_approval("c" * 64, family="fam")
-    d = evaluate(doc, policy=Policy(), store=None, content_hash="c" * 64, family="fam")
+    approver.sign("c" * 64, family="fam")
+    d = evaluate(doc, policy=pol, store=None, content_hash="c" * 64, family="fam")
     assert not d.allowed
 
 
@@ -476,14 +476,15 @@ def test_example_policy_file_is_the_strict_default() -> None:
     assert pol.model_dump() == default.model_dump()
 
 
-def test_one_approval_covers_every_hash_of_the_same_content() -> None:
+def test_one_approval_covers_every_hash_of_the_same_content(approver: Approver) -> None:
     written, resolved = "d" * 64, "e" * 64
-    granted = approvals.issue_approval(written, family="f", also=[resolved])
-    assert approvals.verify_token(granted.token, written).content_hash == written
-    assert approvals.verify_token(granted.token, resolved).content_hash == resolved
-    assert approvals.find_approval(resolved) is not None
+    keys = [approver.line]
+    granted = approver.sign(written, also=[resolved])
+    assert approvals.verify_token(granted.token, written, trusted_keys=keys).content_hash == written
+    assert approvals.verify_token(granted.token, resolved, trusted_keys=keys).content_hash == resolved
+    assert approvals.find_approval(resolved, trusted_keys=keys) is not None
     with pytest.raises(approvals.ApprovalError, match="different version"):
-        approvals.verify_token(granted.token, "f" * 64)
+        approvals.verify_token(granted.token, "f" * 64, trusted_keys=keys)
 
 
 def test_advice_after_the_third_green_run(store: Store) -> None:

@@ -95,8 +95,12 @@ def make_env(root: Path) -> ServerEnv:
     experiments.mkdir(parents=True, exist_ok=True)
     (experiments / "mcp-smoke.yaml").write_text(SMOKE_EXPERIMENT, encoding="utf-8")
     policy = root / "faultplane.policy.yaml"
-    # A lab policy: the strict default requires SLO gates, which these tiny experiments don't declare.
-    policy.write_text("gates: {required: false}\n", encoding="utf-8")
+    # A lab policy: the strict default requires SLO gates, which these tiny experiments don't declare, and a
+    # person's approval for partitions, which these tests register as in-process faults (test_mcp_approval.py
+    # covers the approval itself).
+    policy.write_text(
+        "gates: {required: false}\napproval: {fault_types: [resource_exhaustion]}\n", encoding="utf-8"
+    )
     src = Path(__file__).resolve().parents[2] / "src"
     env = {
         "XDG_STATE_HOME": str(root / "state"),

@@ -70,21 +70,32 @@ def hook() -> None:
         _fail(verdict.reason)
 
 
+KeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        help="approver private key (default: $FAULTPLANE_APPROVER_KEY, ~/.config/faultplane/approver.key)",
+    ),
+]
+
+
 @app.command()
 def approve(
     experiment: Annotated[str, typer.Argument(help="experiment file (or listed name) to approve")],
     var: VarOpt = None,
     var_file: VarFileOpt = None,
-    approver: Annotated[str | None, typer.Option("--approver", help="who approves (default: $USER)")] = None,
     reason: Annotated[str, typer.Option("--reason", help="why this is acceptable")] = "",
     ttl_hours: Annotated[
         float | None, typer.Option("--ttl-hours", help="validity (default: the policy's approval.ttl_hours)")
     ] = None,
+    key: KeyOpt = None,
     policy: PolicyOpt = None,
     store: StoreOpt = None,
     output: OutputOpt = "text",
 ) -> None:
-    """Approve exactly this version of an experiment. Any later change to it needs a new approval."""
+    """Sign an approval of exactly this version of an experiment with your approver key (passphrase asked on
+    the terminal, or $FAULTPLANE_APPROVER_PASSPHRASE in CI). Any later change to it needs a new approval."""
+    from faultplane.core.approval import ApprovalError
     from faultplane.core.formats import ExperimentError
     from faultplane.core.policy import PolicyError
     from faultplane.services.guard import approve_experiment, check_experiment
@@ -95,14 +106,14 @@ def approve(
         granted = approve_experiment(
             experiment,
             variables=variables,
-            approver=approver,
             reason=reason,
             ttl_hours=ttl_hours,
             policy_path=policy,
             store=st,
+            key_path=key,
         )
         decision = check_experiment(experiment, variables=variables, policy_path=policy, store=st)
-    except (ExperimentError, PolicyError, LookupError, ValueError) as exc:
+    except (ApprovalError, ExperimentError, PolicyError, LookupError, ValueError) as exc:
         _fail(f"cannot approve: {exc}")
         return
     if output == "json":

@@ -96,6 +96,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "faultplane.cli.dora",
         "DORA Four Keys from CI/CD (deployments, incidents) beside what chaos experiments showed.",
     ),
+    "approvals": (
+        "faultplane.cli.approvals",
+        "Approver keys: create one (kept outside the project, under a passphrase), sign, verify.",
+    ),
     "compliance": (
         "faultplane.cli.compliance",
         "Compliance evidence: which framework requirements your experiments cover.",

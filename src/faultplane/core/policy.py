@@ -196,6 +196,26 @@ class ApprovalRules(_Strict):
         default_factory=list, description="globs on `driver.action` that need approval"
     )
     ttl_hours: float = Field(default=24.0, gt=0)
+    trusted_keys: list[str] = Field(
+        default_factory=list,
+        description="approver public keys, `ssh-ed25519 AAAA… name` (printed by `faultplane approvals keygen`)",
+    )
+    elicitation: list[str] = Field(
+        default_factory=lambda: ["url", "form"],
+        description="MCP elicitation modes a person may approve through: url (a local page), form (in-client)",
+    )
+
+    @model_validator(mode="after")
+    def _keys_parse(self) -> ApprovalRules:
+        if self.trusted_keys:
+            try:
+                approvals.parse_trusted_keys(self.trusted_keys)
+            except approvals.ApprovalError as exc:
+                raise ValueError(str(exc).removeprefix("approval.")) from None
+        unknown = sorted(set(self.elicitation) - {"url", "form"})
+        if unknown:
+            raise ValueError(f"elicitation: unknown mode {unknown[0]!r}; use url and/or form")
+        return self
 
 
 class Policy(_Strict):
@@ -1384,13 +1404,20 @@ def evaluate(
     if reasons:
         token_error = ""
         found: approvals.Approval | None = None
+        trusted = policy.approval.trusted_keys
         if approval_token:
             try:
-                found = approvals.verify_token(approval_token, ahash)
+                found = approvals.verify_token(approval_token, ahash, trusted_keys=trusted)
             except approvals.ApprovalError as exc:
                 token_error = f" The token given does not verify: {exc}."
         if found is None:
-            found = approvals.find_approval(ahash)
+            found, why = approvals.stored_approval(ahash, trusted_keys=trusted)
+            token_error = token_error or (f" {why}." if why else "")
+        if found is None and not token_error and not trusted:
+            token_error = (
+                " No approver key is trusted yet (approval.trusted_keys is empty): a person runs "
+                "`faultplane approvals keygen` and adds the printed line there."
+            )
         if found is None and not token_error:
             stale = [a for a in approvals.list_approvals() if a.get("family") == family]
             if stale:
@@ -1407,7 +1434,8 @@ def evaluate(
                     "approval.required",
                     "blast_radius" if stage is not None and stage > allowed_stage else "method",
                     "needs a human approval: " + "; ".join(reasons) + "." + token_error,
-                    "a person reviews the experiment and runs `faultplane approve <experiment file>`"
+                    "a person reviews the experiment and runs `faultplane approve <experiment file>` "
+                    "(signed with a key in approval.trusted_keys), or approves it when an MCP client asks"
                     + (
                         f", or run at stage {allowed_stage} first"
                         if stage is not None and stage > allowed_stage

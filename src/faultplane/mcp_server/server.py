@@ -17,12 +17,14 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from faultplane import __version__
 from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
+from faultplane.mcp_server.approval import ApprovalBroker
 from faultplane.mcp_server.arguments import ArgumentCheck
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
@@ -49,6 +51,8 @@ class ServerConfig:
     # The text block of each result: TOON is compact for agents; structuredContent is always JSON.
     text_format: Literal["toon", "json"] = "toon"
     rng: random.Random = field(init=False)
+    # asks a person (elicitation) when a call needs an approval nobody signed yet
+    approvals: ApprovalBroker = field(init=False, default_factory=ApprovalBroker)
 
     def __post_init__(self) -> None:
         # Every inject draws its own seed from this generator and records it in the audit log, so a session
@@ -56,6 +60,7 @@ class ServerConfig:
         if self.seed is None:
             self.seed = secrets.randbits(63)
         self.rng = random.Random(self.seed)
+        self.approvals.store = self.store  # a person's answers to approval questions are audited
 
     def store(self) -> Any:
         from faultplane.core.store import open_store
@@ -247,11 +252,21 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             ),
         ] = None,
         error_message: Annotated[str | None, Field(description="error/timeout: the raised message")] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, InjectFaultOutput]:
         """Register, inject or remove a named fault. A registered fault takes effect at in-process fault
         points of the same name (`faultplane.fault_point(name)`), triggering per call with its probability;
         inject rolls the probability once (seeded) and, when triggered, fails the next call through the point.
         register overwrites; remove is idempotent. Every call is written to the audit log."""
+        if ctx is not None and action in ("register", "inject"):
+            spec = {"fault_name": fault_name, "action": action, "fault_type": fault_type}
+            asked = await cfg.approvals.for_fault(
+                ctx,
+                {**spec, "probability": probability, "duration_seconds": duration_seconds},
+                cfg.registry(),
+            )
+            if isinstance(asked, InputRequiredResult):
+                return asked  # type: ignore[return-value]  # the 2026-07-28 round trip: the client retries
         call_seed = cfg.rng.getrandbits(63) if action == "inject" else None
 
         def work() -> Any:
@@ -286,6 +301,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         variables: Annotated[
             dict[str, Any] | None, Field(description="values for the experiment's configuration variables")
         ] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunExperimentOutput]:
         """Run an experiment through plan, baseline, inject, recover and analyse; rollbacks always run.
         Returns the outcome, the run id and a compact TOON journal."""
@@ -294,8 +310,17 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
 
         name, source = _source(experiment_name, experiment)
         store = cfg.store()
+        token = None
+        if ctx is not None and not dry_run:  # a person approves through the client (mcp_server/approval.py)
+            asked = await cfg.approvals.for_run(ctx, source, variables, store)
+            if isinstance(asked, InputRequiredResult):
+                return asked  # type: ignore[return-value]  # the 2026-07-28 round trip: the client retries
+            token = asked
         try:
-            result = await run_experiment(source, dry_run=dry_run, variables=variables, store=store)
+            with cfg.approvals.trust(token):
+                result = await run_experiment(
+                    source, dry_run=dry_run, variables=variables, store=store, approval_token=token
+                )
         except ExperimentError as exc:
             raise ToolError(_issues_text(exc.issues)) from None
         except ValueError as exc:  # policy/approval configuration problems: their messages name the fix

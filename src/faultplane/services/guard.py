@@ -114,14 +114,17 @@ def approve_experiment(
     source: str | Path | Mapping[str, Any],
     *,
     variables: Mapping[str, Any] | None = None,
-    approver: str | None = None,
     reason: str = "",
     ttl_hours: float | None = None,
     policy_path: str | Path | None = None,
     store: Store | None = None,
+    key_path: str | Path | None = None,
+    passphrase: str | None = None,
 ) -> approvals.Approval:
-    """Issue an approval bound to this exact experiment with these variables (the resolved content: another
-    `--var` value is another experiment); recorded in the audit table when a store is given."""
+    """Sign an approval bound to this exact experiment with these variables (the resolved content: another
+    `--var` value is another experiment) with the approver's key; recorded in the audit table when a store is
+    given. The key is unlocked with `passphrase`, else $FAULTPLANE_APPROVER_PASSPHRASE, else a terminal prompt;
+    with none of them it refuses (ApprovalError), so a process without the person's secret cannot approve."""
     from faultplane.core.formats import ExperimentError, ValidationIssue, load_document
     from faultplane.engine.lifecycle import plan
 
@@ -140,11 +143,22 @@ def approve_experiment(
                     ),
                 ]
             ) from None
-    ttl = ttl_hours if ttl_hours is not None else load_policy(policy_path).approval.ttl_hours
-    granted = approvals.issue_approval(
+    pol = load_policy(policy_path)
+    ttl = ttl_hours if ttl_hours is not None else pol.approval.ttl_hours
+    if not pol.approval.trusted_keys:
+        raise approvals.ApprovalError(
+            f"the policy in force ({pol.source}) trusts no approver key: a person runs `faultplane approvals "
+            "keygen` and adds the printed line to approval.trusted_keys first"
+        )
+    path = Path(key_path).expanduser() if key_path else approvals.default_key_path()
+    if not path.is_file():  # say so before asking a passphrase for nothing
+        approvals.load_signing_key(path, "")
+    secret = passphrase if passphrase is not None else approvals.read_passphrase()
+    granted = approvals.sign_approval(
         prepared.approval_hash,
+        key=approvals.load_signing_key(path, secret),
+        trusted_keys=pol.approval.trusted_keys,
         family=prepared.family,
-        approver=approver,
         reason=reason,
         ttl_s=ttl * 3600.0,
     )
@@ -233,7 +247,12 @@ _READ_ONLY = {
     "--version",
     "demo",
 }
-_POLICY_ENV = ("FAULTPLANE_POLICY", "FAULTPLANE_APPROVAL_KEY")
+_POLICY_ENV = (
+    "FAULTPLANE_POLICY",
+    "FAULTPLANE_APPROVAL_KEY",
+    "FAULTPLANE_APPROVER_KEY",
+    "FAULTPLANE_APPROVER_PASSPHRASE",
+)
 _WRITE_OPS = re.compile(
     r"(>>?|\btee\b|\brm\b|\bmv\b|\bcp\b|\bsed\s+-i|\btruncate\b|\bln\b|\bchmod\b|\bchown\b|\bdd\b|\binstall\b|"
     r"\bgit\s+(?:checkout|restore|rm|mv|reset|stash)\b|\bperl\s+-[a-z]*i|\bpython[0-9.]*\s+-c\b|\bunlink\b)"
@@ -245,7 +264,13 @@ class _Block(Exception):
 
 
 def _protected_paths() -> list[str]:
-    return [str(approvals.key_path()), str(approvals.approvals_dir())]
+    key = approvals.default_key_path()
+    return [
+        str(approvals.key_path()),
+        str(key),
+        str(key.with_name(key.name + ".pub")),
+        str(approvals.approvals_dir()),
+    ]
 
 
 def _is_protected_file(path: str, cwd: Path) -> str | None:
@@ -326,7 +351,10 @@ class _Judge:
         variables: Mapping[str, Any] | None = None,
         approval_token: str | None = None,
         store_path: str | None = None,
+        server_asks: bool = False,
     ) -> None:
+        """`server_asks`: the Faultplane MCP server asks a person itself (elicitation) when only an approval is
+        missing, and its engine verifies the answer, so the hook leaves that one refusal to it."""
         from faultplane.core.formats import ExperimentError
 
         try:
@@ -335,6 +363,8 @@ class _Judge:
             raise _Block(f"cannot read experiment {label} to check it against the policy: {exc}") from None
         self.checked.append(label)
         decision = _decide(prepared, self.policy(), self.store(store_path), approval_token)
+        if server_asks and all(v.rule == "approval.required" for v in decision.violations):
+            return
         if not decision.allowed:
             lines = [f"Faultplane policy refuses experiment {label} ({decision.policy_source}):"]
             lines += [f"- [{v.rule}] {v.field}: {v.message} Fix: {v.fix}" for v in decision.violations]
@@ -374,15 +404,15 @@ class _Judge:
             tool_input.get("experiment_name") or tool_input.get("path") or tool_input.get("experiment_path")
         )
         if isinstance(inline, Mapping):
-            self.experiment(inline, f"(inline, {name})", variables=variables)
+            self.experiment(inline, f"(inline, {name})", variables=variables, server_asks=True)
         elif isinstance(inline, str) and inline.strip():
             text = inline if "\n" in inline else inline + "\n"
-            self.experiment(text, f"(inline, {name})", variables=variables)
+            self.experiment(text, f"(inline, {name})", variables=variables, server_asks=True)
         elif isinstance(named, str) and named.strip():
             src: str | Path = named
             if Path(named).suffix:
                 src = Path(named) if Path(named).is_absolute() else self.cwd / named
-            self.experiment(src, repr(named), variables=variables)
+            self.experiment(src, repr(named), variables=variables, server_asks=True)
         # whatever else the call carries (fault names, targets, variables) must not name production either
         self.scan_values({k: v for k, v in tool_input.items() if k != "experiment"}, f"tool call {name}")
 
@@ -397,7 +427,7 @@ class _Judge:
         for env in _POLICY_ENV:
             if re.search(rf"\b{env}\s*=", command):
                 raise _Block(f"setting {env} switches the guardrail policy; only a person chooses the policy")
-        for protected in ("approval.key", *_protected_paths()):
+        for protected in ("approval.key", "approver.key", *_protected_paths()):
             if protected.casefold() in folded or "faultplane/approvals" in folded:
                 raise _Block("the command touches Faultplane's approval secrets; agents may not")
         if any(name in command for name in POLICY_FILENAMES) and _WRITE_OPS.search(command):
@@ -476,7 +506,12 @@ class _Judge:
         if not positional:
             return
         sub = positional[0]
-        if sub == "approve" or (sub == "guard" and len(positional) > 1 and positional[1] == "approve"):
+        second = positional[1] if len(positional) > 1 else ""
+        if sub == "approve" or (sub, second) in {
+            ("guard", "approve"),
+            ("approvals", "keygen"),
+            ("approvals", "sign"),
+        }:
             raise _Block("approvals are given by a person with `faultplane approve`, not by an agent")
         if "--policy" in options:
             raise _Block("`--policy` switches the guardrail policy; only a person chooses the policy")
