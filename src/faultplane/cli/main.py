@@ -60,8 +60,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "report": (
         "faultplane.cli.report",
-        "Write an HTML report of a run: timeline (latency percentiles, error rate, fault window, gate "
-        "thresholds), the post-mortem paragraph, gates, load figures and activities.",
+        "Reports: a run's HTML report (`report RUN_ID`), a signed post-exercise report, and its check.",
     ),
     "load": (
         "faultplane.cli.load",
