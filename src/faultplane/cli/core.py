@@ -161,6 +161,7 @@ def run(
                     approval_token=approval,
                     handle_signals=True,
                 )
+            assert isinstance(progress, RunProgress)  # the JSON-lines stream is quiet: handled above
             with console.status("starting …") as status:
                 progress.status = status
                 return await run_experiment(

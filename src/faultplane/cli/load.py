@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import signal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from faultplane.cli.term import Console, Table, real_console
 from faultplane.core.errors import ExperimentError
+
+if TYPE_CHECKING:
+    from rich.table import Table as RichTable
 
 console = Console()
 err_console = Console(stderr=True)
@@ -25,7 +28,7 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _live_table(rows: list[dict[str, Any]]) -> Table:
+def _live_table(rows: list[dict[str, Any]]) -> RichTable:
     t = Table(title="per second", title_justify="left", expand=False)
     for col in ("t (s)", "sent", "ok", "errors", "p50 ms", "p95 ms", "p99 ms", "in flight"):
         t.add_column(col, justify="right")
@@ -44,7 +47,7 @@ def _live_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def summary_table(s: dict[str, Any]) -> Table:
+def summary_table(s: dict[str, Any]) -> RichTable:
     """The final summary: totals, HDR percentiles, error rate, throughput, errors by kind."""
     t = Table(title="load summary", title_justify="left", show_header=False)
     t.add_column("figure")

@@ -154,7 +154,9 @@ def simulate(
     plan: Path = typer.Option(..., "--plan", "-p", help="fault plan file"),
     tasks: int = typer.Option(1000, min=1, max=1_000_000),
     fanout: int = typer.Option(8, min=1, max=256),
-    patterns: str = typer.Option("none", help="comma list of retry,degradation,breaker,routing,idempotency, or all/none"),
+    patterns: str = typer.Option(
+        "none", help="comma list of retry,degradation,breaker,routing,idempotency, or all/none"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run a plan through the offline simulator and print the plane metrics."""

@@ -363,11 +363,11 @@ def import_events(store: Any, rows: list[dict[str, Any]], kind: Kind) -> int:
 
 def record_event(store: Any, kind: Kind, fields: Mapping[str, Any]) -> dict[str, Any]:
     """One deployment or incident from a pipeline step or a webhook body."""
-    [row] = parse_events(json.dumps([dict(fields)]), kind, fmt="json") or [None]
-    if row is None:
+    rows = parse_events(json.dumps([dict(fields)]), kind, fmt="json")
+    if not rows:
         raise DoraError("status: not a finished deployment (queued, running or cancelled); nothing recorded")
-    import_events(store, [row], kind)
-    return row
+    import_events(store, rows, kind)
+    return rows[0]
 
 
 def _service_of(journal: Mapping[str, Any]) -> str | None:
@@ -402,7 +402,8 @@ def refresh_experiments(store: Any) -> int:
     for i in range(0, len(new_ids), 500):  # no JOIN: old ClickHouse servers want one spelled their own way
         chunk = new_ids[i : i + 500]
         bodies += store.query(
-            f"SELECT run_id, body FROM journals{final} WHERE run_id IN ({', '.join('?' for _ in chunk)})", chunk
+            f"SELECT run_id, body FROM journals{final} WHERE run_id IN ({', '.join('?' for _ in chunk)})",
+            chunk,
         )
     rows = []
     for r in bodies:
