@@ -12,7 +12,9 @@ from pydantic import BaseModel, Field
 from faultplane.core.formats import dumps
 from faultplane.services.dora import FourKeys
 
-_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_READ = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 
 
 class DoraOutput(BaseModel):
