@@ -105,12 +105,21 @@ def test_exit_codes_completed_failed_invalid(tmp_path: Path) -> None:
     }
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     assert cli("run", str(tmp_path / "bad.json"), "-q").returncode == 1
-    (tmp_path / "invalid.json").write_text(json.dumps({**ok, "titel": "typo"}))
+    misspelt = {
+        "type": "action",
+        "name": "a",
+        "provider": {"type": "python", "module": "ctk_helpers", "fnc": "value"},
+    }
+    (tmp_path / "invalid.json").write_text(json.dumps({**ok, "method": [misspelt]}))
     invalid = cli("run", str(tmp_path / "invalid.json"))
     assert invalid.returncode == 2
-    assert "titel" in invalid.stderr and "Traceback" not in invalid.stderr
+    assert "fnc" in invalid.stderr and "Traceback" not in invalid.stderr
     validated = cli("validate", str(tmp_path / "invalid.json"))
-    assert validated.returncode == 2 and "unknown key 'titel'" in validated.stderr
+    assert validated.returncode == 2 and "rename 'fnc' to 'func'" in validated.stderr
+    # a key Chaos Toolkit would ignore is a warning with a suggestion, never a refusal
+    (tmp_path / "typo.json").write_text(json.dumps({**ok, "titel": "typo"}))
+    warned = cli("validate", str(tmp_path / "typo.json"))
+    assert warned.returncode == 0 and "did you mean 'title'?" in warned.stdout + warned.stderr
     assert cli("validate", str(tmp_path / "ok.json")).returncode == 0
 
 

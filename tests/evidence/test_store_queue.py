@@ -141,7 +141,9 @@ def test_history_index_agrees_with_the_database_and_never_outlives_it(tmp_path: 
     store = Store(tmp_path / "s.duckdb")
     family = "history-index"
     green = {**_experiment(), "family": family}
-    red = {**_experiment(func="definitely_missing"), "family": family}  # before-hypothesis fails
+    red = {**_experiment(), "family": family}
+    # before-hypothesis fails (a probe calling a missing function is now refused in phase 0 instead)
+    red["steady-state-hypothesis"]["probes"][0]["tolerance"] = "/definitely/not/the/cwd"
     statuses = []
     for doc in (green, red, green, green, red, green):
         result = _run(store, doc, tmp_path / "j")

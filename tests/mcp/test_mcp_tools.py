@@ -351,7 +351,19 @@ async def test_validate_run_journal_and_status(connect: ClientFactory, server_en
     with anyio.fail_after(90):
         async with connect() as c:
             v = await ok(c, "chaos_validate_experiment", {"experiment_name": "mcp-smoke"})
-            assert v == {"valid": True, "title": "MCP smoke", "errors": []}
+            assert v == {"valid": True, "title": "MCP smoke", "errors": [], "warnings": []}
+            # the same checks a run makes before it executes anything: a function that does not exist is
+            # an error with a suggestion; a key Chaos Toolkit ignores is a warning
+            typo = (
+                "title: t\ndescription: d\ndry_run: false\nmethod:\n  - {type: probe, name: p, "
+                "provider: {type: python, module: mcp_target, func: okk}}\n"
+            )
+            v = await ok(c, "chaos_validate_experiment", {"experiment": typo})
+            assert v["valid"] is False
+            assert [(e["field"], e["fix"]) for e in v["errors"]] == [
+                ("method[0].provider.func", "did you mean 'ok'?")
+            ]
+            assert [w["field"] for w in v["warnings"]] == ["dry_run"]
             v = await ok(c, "chaos_validate_experiment", {"experiment": "title: broken\nmethod: 5\n"})
             assert v["valid"] is False and v["errors"] and v["errors"][0]["field"].startswith("method")
             assert all(e["fix"] for e in v["errors"])

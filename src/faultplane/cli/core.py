@@ -29,7 +29,9 @@ StoreOpt = Annotated[
     typer.Option("--store", help="DuckDB store file (default: $FAULTPLANE_STORE or the XDG data dir)"),
 ]
 VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value; overrides configuration")]
-VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables")]
+VarFileOpt = Annotated[
+    list[Path] | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables (repeatable)")
+]
 PolicyOpt = Annotated[
     Path | None, typer.Option("--policy", help="policy file (default: ./faultplane.policy.yaml)")
 ]
@@ -40,6 +42,68 @@ class RunOutput(enum.StrEnum):
     text = "text"
     json = "json"
     toon = "toon"
+
+
+class RollbackStrategy(enum.StrEnum):
+    default = "default"
+    always = "always"
+    never = "never"
+    deviated = "deviated"
+
+
+class HypothesisStrategy(enum.StrEnum):
+    default = "default"
+    before = "before-method-only"
+    after = "after-method-only"
+    during = "during-method-only"
+    continuously = "continuously"
+    continously = "continously"  # Chaos Toolkit's older spelling, still accepted by `chaos run`
+
+
+class JournalFormat(enum.StrEnum):
+    faultplane = "faultplane"
+    ctk = "ctk"
+
+
+RollbackOpt = Annotated[RollbackStrategy | None, typer.Option("--rollback-strategy", help="as `chaos run`")]
+HypothesisOpt = Annotated[
+    HypothesisStrategy | None, typer.Option("--hypothesis-strategy", help="as `chaos run`")
+]
+FrequencyOpt = Annotated[
+    float | None,
+    typer.Option("--hypothesis-frequency", min=0.001, help="seconds between checks (during/continuously)"),
+]
+FailFastOpt = Annotated[
+    bool, typer.Option("--fail-fast", help="a steady state refuted during the method ends it")
+]
+CtkCompatOpt = Annotated[
+    bool,
+    typer.Option(
+        "--ctk-compat", help="Chaos Toolkit's outcomes where Faultplane differs (docs/chaostoolkit.md)"
+    ),
+]
+
+
+def _runtime(
+    rollback: RollbackStrategy | None,
+    hypothesis: HypothesisStrategy | None,
+    frequency: float | None,
+    fail_fast: bool,
+) -> dict[str, Any]:
+    """The strategy flags as an override of the experiment's `runtime` block (flags win, as in `chaos run`)."""
+    out: dict[str, Any] = {}
+    if rollback is not None:
+        out["rollbacks"] = {"strategy": rollback.value}
+    hypo: dict[str, Any] = {}
+    if hypothesis is not None:
+        hypo["strategy"] = hypothesis.value
+    if frequency is not None:
+        hypo["frequency"] = frequency
+    if fail_fast:
+        hypo["fail_fast"] = True
+    if hypo:
+        out["hypothesis"] = hypo
+    return out
 
 
 class ValidateOutput(enum.StrEnum):
@@ -65,10 +129,23 @@ def _use_store(store: str | None) -> Store:
     return open_store()
 
 
-def _variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
+def _var_names(var: list[str] | None) -> list[str]:
+    from faultplane.core.config import parse_var
+
+    return [parse_var(item)[0] for item in var or []]
+
+
+def _variables(var: list[str] | None, var_file: list[Path] | Path | None) -> dict[str, Any]:
     from faultplane.core.config import load_var_file, parse_var
 
-    values: dict[str, Any] = load_var_file(var_file) if var_file else {}
+    files = [var_file] if isinstance(var_file, Path) else var_file or []
+    values: dict[str, Any] = {}
+    for f in files:  # later files override earlier ones, and --var overrides them all
+        loaded = load_var_file(f)
+        if f.suffix == ".env":
+            # as `chaos run` does: a .env file sets environment variables, which `type: env` entries read
+            os.environ.update({k: str(v) for k, v in loaded.items()})
+        values.update(loaded)
     for item in var or []:
         k, v = parse_var(item)
         values[k] = v
@@ -81,12 +158,22 @@ def _print_issues(exc: ExperimentError) -> None:
         err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")
 
 
+def _print_warnings(warnings: list[Any]) -> None:
+    for w in warnings:
+        err_console.print(f"  [yellow]![/] [bold]{w.field}[/]: {w.message}\n      {w.fix}", highlight=False)
+
+
 def validate(
     experiment: Annotated[str, typer.Argument(help="file path or listed experiment name")],
     var: VarOpt = None,
     var_file: VarFileOpt = None,
     policy: PolicyOpt = None,
     output: Annotated[ValidateOutput, typer.Option("--output", "-o")] = ValidateOutput.text,
+    rollback_strategy: RollbackOpt = None,
+    hypothesis_strategy: HypothesisOpt = None,
+    hypothesis_frequency: FrequencyOpt = None,
+    fail_fast: FailFastOpt = False,
+    ctk_compat: CtkCompatOpt = False,
 ) -> None:
     """Validate an experiment (schema, variables, policy) without running anything. Exit 0 valid, 2 invalid."""
     from faultplane.core.formats import ExperimentError
@@ -97,13 +184,22 @@ def validate(
     except ExperimentError as exc:
         _print_issues(exc)
         raise typer.Exit(2) from None
-    report = validate_experiment(experiment, variables=variables, policy_path=policy)
+    report = validate_experiment(
+        experiment,
+        variables=variables,
+        policy_path=policy,
+        runtime=_runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
+        ctk_compat=ctk_compat or None,
+        strict_variables=_var_names(var),
+    )
     if output == "json":
         typer.echo(report.model_dump_json(indent=2))
     elif report.valid:
         console.print(f"[green]✓ valid[/]: {report.title}")
     else:
         _print_issues(ExperimentError(report.errors))
+    if output != "json":
+        _print_warnings(report.warnings)
     raise typer.Exit(0 if report.valid else 2)
 
 
@@ -126,6 +222,14 @@ def run(
         EventsFormat | None,
         typer.Option("--events", help="stream every event on stdout, one JSON object per line, for tools"),
     ] = None,
+    rollback_strategy: RollbackOpt = None,
+    hypothesis_strategy: HypothesisOpt = None,
+    hypothesis_frequency: FrequencyOpt = None,
+    fail_fast: FailFastOpt = False,
+    ctk_compat: CtkCompatOpt = False,
+    journal_format: Annotated[
+        JournalFormat, typer.Option("--journal-format", help="format of --journal: faultplane or ctk")
+    ] = JournalFormat.faultplane,
 ) -> None:
     """Run an experiment. Exit 0 steady state held, 1 deviated/failed, 2 invalid, 3 aborted/refused, 130 interrupted."""
     import anyio
@@ -148,6 +252,11 @@ def run(
     )
     try:
         variables = _variables(var, var_file)
+        options: dict[str, Any] = {
+            "runtime": _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
+            "ctk_compat": ctk_compat or None,
+            "strict_variables": _var_names(var),
+        }
 
         async def go() -> Any:
             if progress.quiet:
@@ -160,6 +269,7 @@ def run(
                     policy_path=policy,
                     approval_token=approval,
                     handle_signals=True,
+                    **options,
                 )
             assert isinstance(progress, RunProgress)  # the JSON-lines stream is quiet: handled above
             with console.status("starting …") as status:
@@ -173,13 +283,19 @@ def run(
                     policy_path=policy,
                     approval_token=approval,
                     handle_signals=True,
+                    **options,
                 )
 
         result = anyio.run(go)
     except ExperimentError as exc:
         _print_issues(exc)
         raise typer.Exit(2) from None
-    if journal is not None:
+    if journal is not None and journal_format == JournalFormat.ctk:
+        from faultplane.services.ctk import write_ctk_journal
+        from faultplane.services.runs import load_journal
+
+        write_ctk_journal(load_journal(result.run_id, st), journal)
+    elif journal is not None:
         journal.write_text(get_journal(result.run_id, "json", st), encoding="utf-8")
     if events is not None:
         progress({"event": "result", "result": result.model_dump(mode="json")})
@@ -191,6 +307,8 @@ def run(
         console.print(journal_toon(result.run_id, st), markup=False, highlight=False)
     else:
         print_summary(result)
+        for w in result.warnings:
+            err_console.print(f"  [yellow]![/] {w}", highlight=False, markup=False)
     _exit(result.exit_code)
 
 
@@ -244,6 +362,34 @@ def journal_show(
     console.print(table)
     if c["gate_breach"]:
         console.print(f"[red]gate breach[/]: {c['gate_breach']}")
+
+
+@journal_app.command("export")
+def journal_export(
+    run_id: str,
+    fmt: Annotated[JournalFormat, typer.Option("--format", "-f")] = JournalFormat.ctk,
+    out: Annotated[
+        Path | None, typer.Option("--output", "-o", help="file to write (default: stdout)")
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Export a stored run's journal, in Chaos Toolkit's format by default (for `chaos report`)."""
+    import json as _json
+
+    from faultplane.services.ctk import to_ctk_journal
+    from faultplane.services.runs import load_journal
+
+    try:
+        j = load_journal(run_id, _use_store(store))
+    except LookupError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    data = to_ctk_journal(j) if fmt == JournalFormat.ctk else j
+    text = _json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    if out is None:
+        print(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
 
 
 @runs_app.command("list")

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from faultplane.core.formats import ExperimentError, ValidationIssue, loads
 
-__all__ = ["MASK", "Resolved", "load_var_file", "mask_secrets", "parse_var", "resolve"]
+__all__ = [
+    "MASK",
+    "Resolved",
+    "load_var_file",
+    "mask_secrets",
+    "parse_var",
+    "resolve",
+    "substitute_like_ctk",
+]
 
 MASK = "***"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_.-]*)\}")
 # Sections whose strings are definitions, not uses: they are resolved, never substituted into.
 _NOT_SUBSTITUTED = ("configuration", "secrets")
+# Sections Chaos Toolkit never substitutes into: prose and metadata, where `${` is just text.
+_PROSE = ("description", "tags", "contributions", "extensions")
 _ENV_CONVERTERS: dict[str, Callable[[str], Any]] = {
     "int": int,
     "float": float,
@@ -41,8 +52,35 @@ class Resolved:
         self.secret_values = secret_values
 
 
+_VAR_TYPES: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bytes": str.encode,
+    "bool": lambda s: s.lower() in ("1", "true", "yes"),
+    "json": json.loads,
+}
+
+
 def parse_var(text: str) -> tuple[str, Any]:
-    """`name=value` from `--var`; the value is read as JSON when it parses, else kept as a string."""
+    """`name=value` from `--var`; the value is read as JSON when it parses (`x=1.5` is a number), else kept
+    as a string. Chaos Toolkit's `name:type=value` (str, int, float, bytes, bool, json) converts explicitly."""
+    head, sep, raw_value = text.partition("=")
+    if sep and ":" in head:
+        name, _, kind = head.rpartition(":")
+        if kind in _VAR_TYPES:
+            try:
+                return name.strip(), _VAR_TYPES[kind](raw_value)
+            except ValueError:
+                raise ExperimentError(
+                    [
+                        ValidationIssue(
+                            field=f"--var {text}",
+                            message=f"{raw_value!r} is not a valid {kind}",
+                            fix=f"give {name.strip()} a {kind} value",
+                        )
+                    ]
+                ) from None
     if "=" not in text:
         raise ExperimentError(
             [
@@ -146,28 +184,40 @@ def _resolve_value(value: Any, where: str, issues: list[ValidationIssue]) -> Any
     return value
 
 
-def _substitute(node: Any, values: Mapping[str, Any], where: str, issues: list[ValidationIssue]) -> Any:
+def _substitute(
+    node: Any,
+    values: Mapping[str, Any],
+    where: str,
+    issues: list[ValidationIssue],
+    keep: bool = False,
+    used: set[str] | None = None,
+) -> Any:
     if isinstance(node, str):
+        if used is not None and "${" in node:
+            used.update(m.group(1) for m in _VAR.finditer(node))
         whole = _VAR.fullmatch(node)
         if whole:  # a lone reference keeps the value's type (numbers stay numbers)
             name = whole.group(1)
             if name in values:
                 return values[name]
-            issues.append(_unknown(name, where))
+            if not keep:
+                issues.append(_unknown(name, where))
             return node
 
         def repl(m: re.Match[str]) -> str:
             if m.group(1) in values:
                 return str(values[m.group(1)])
-            issues.append(_unknown(m.group(1), where))
+            if not keep:
+                issues.append(_unknown(m.group(1), where))
             return m.group(0)
 
         return _VAR.sub(repl, node)
     if isinstance(node, list):
-        return [_substitute(v, values, f"{where}[{i}]", issues) for i, v in enumerate(node)]
+        return [_substitute(v, values, f"{where}[{i}]", issues, keep, used) for i, v in enumerate(node)]
     if isinstance(node, dict):
         return {
-            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues) for k, v in node.items()
+            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues, keep, used)
+            for k, v in node.items()
         }
     return node
 
@@ -181,10 +231,18 @@ def _unknown(name: str, where: str) -> ValidationIssue:
 
 
 def resolve(
-    document: Mapping[str, Any], variables: Mapping[str, Any] | None = None, *, substitute: bool = True
+    document: Mapping[str, Any],
+    variables: Mapping[str, Any] | None = None,
+    *,
+    substitute: bool = True,
+    keep_unknown: bool = False,
+    strict: Collection[str] = (),
 ) -> Resolved:
     """Resolve configuration (env refs, overrides) and secrets, then substitute `${var}` everywhere else.
-    `substitute=False` when the caller knows the document holds no `${`: the walk is skipped."""
+    `substitute=False` when the caller knows the document holds no `${`: the walk is skipped.
+    `keep_unknown`: an undefined `${name}` stays as written (Chaos Toolkit) instead of being an error.
+    `strict`: variable names given one by one (`--var`): one the experiment neither declares nor uses is an
+    error, since a misspelt name would otherwise leave the default in place silently."""
     variables = dict(variables or {})
     issues: list[ValidationIssue] = []
     configuration: dict[str, Any] = {}
@@ -214,10 +272,26 @@ def resolve(
     for entries in secrets.values():
         values.update(entries)
     out: dict[str, Any] = {}
+    used: set[str] = set()
     for key, node in document.items():
         out[key] = (
-            node if key in _NOT_SUBSTITUTED or not substitute else _substitute(node, values, key, issues)
+            node
+            if key in _NOT_SUBSTITUTED or key in _PROSE or not substitute
+            else _substitute(node, values, key, issues, keep_unknown, used)
         )
+    if strict and not keep_unknown:
+        secret_keys = {k for entries in secrets.values() for k in entries}
+        for name in sorted(set(strict) - set(raw_config) - secret_keys - used):
+            near = difflib.get_close_matches(name, [*raw_config, *sorted(used)], n=1, cutoff=0.6)
+            issues.append(
+                ValidationIssue(
+                    field=f"--var {name}",
+                    message=f"the experiment neither declares nor uses a variable {name!r}",
+                    fix=f"did you mean {near[0]!r}?"
+                    if near
+                    else "declare it under configuration, or drop it",
+                )
+            )
     if issues:
         raise ExperimentError(issues)
     return Resolved(out, configuration, secrets, secret_values)
@@ -243,6 +317,30 @@ def mask_secrets(data: Any, secret_values: list[str]) -> Any:
             return [walk(v) for v in node]
         if isinstance(node, dict):
             return {k: walk(v, k) for k, v in node.items()}
+        return node
+
+    return walk(data)
+
+
+def substitute_like_ctk(data: Any, configuration: Mapping[str, Any], secrets: Mapping[str, Any]) -> Any:
+    """chaoslib's `substitute`: `${name}` from the configuration, then any secrets scope; a string that is
+    one reference takes the value with its type; an unknown name is left as written."""
+    values: dict[str, Any] = {}
+    for scope in reversed(list(secrets.values())):
+        if isinstance(scope, dict):
+            values.update(scope)
+    values.update(configuration)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            whole = _VAR.fullmatch(node)
+            if whole and whole.group(1) in values:
+                return values[whole.group(1)]
+            return _VAR.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), node)
+        if isinstance(node, list | tuple):
+            return [walk(v) for v in node]
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
         return node
 
     return walk(data)

@@ -169,6 +169,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic adds union-branch names ("Activity", "python", ...) to locations; they confuse readers
     noise = {
+        "activity",
         "Activity",
         "ActivityRef",
         "python",

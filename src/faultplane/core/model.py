@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from faultplane.core.gates import GateSpec
 
@@ -104,20 +106,36 @@ class ActivityRef(_Strict):
     ref: str
 
 
-MethodItem = Activity | ActivityRef
+def _item_kind(v: Any) -> str:
+    # one branch per item: a bad key in an activity is one error, not one per branch of the union
+    if isinstance(v, dict):
+        return "ref" if "ref" in v and "provider" not in v else "activity"
+    return "ref" if isinstance(v, ActivityRef) else "activity"
+
+
+MethodItem = Annotated[
+    Annotated[Activity, Tag("activity")] | Annotated[ActivityRef, Tag("ref")], Discriminator(_item_kind)
+]
 
 
 class Hypothesis(_Strict):
     title: str = "steady state"
     probes: list[MethodItem] = Field(default_factory=list)
+    controls: list[dict[str, Any]] | None = None
 
 
 class HypothesisRuntime(_Strict):
     strategy: Literal[
-        "default", "before-method-only", "after-method-only", "during-method", "continuously"
+        "default", "before-method-only", "after-method-only", "during-method-only", "continuously"
     ] = "default"
     frequency: float = Field(1.0, gt=0, description="seconds between checks for during-method/continuously")
     fail_fast: bool = False
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _spellings(cls, v: Any) -> Any:
+        # Chaos Toolkit's older spelling and Faultplane's first name for during-method-only
+        return {"continously": "continuously", "during-method": "during-method-only"}.get(v, v)
 
 
 class RollbacksRuntime(_Strict):
@@ -127,6 +145,9 @@ class RollbacksRuntime(_Strict):
 class Runtime(_Strict):
     hypothesis: HypothesisRuntime = Field(default_factory=HypothesisRuntime)
     rollbacks: RollbacksRuntime = Field(default_factory=RollbacksRuntime)
+    ctk_compat: bool = Field(
+        False, description="run with Chaos Toolkit's outcomes where Faultplane differs (docs/chaostoolkit.md)"
+    )
     recovery_timeout: float = Field(
         10.0, ge=0, le=3600, description="seconds to wait for the steady state to return after rollback"
     )
@@ -238,8 +259,23 @@ def check_tolerance(tol: Any) -> None:
         if not isinstance(tol.get("pattern"), str):
             raise ValueError("regex tolerance needs `pattern: <regular expression>`")
     elif kind == "jsonpath":
-        if not isinstance(tol.get("path"), str):
+        if not isinstance(tol.get("path"), str) or not tol["path"].strip():
             raise ValueError("jsonpath tolerance needs `path: <jsonpath expression>`")
+        if "${" not in tol["path"]:
+            from jsonpath2.path import Path as JsonPath  # Chaos Toolkit's dialect; ~30 ms, so only here
+
+            try:
+                # its ANTLR parser prints syntax errors to stderr before raising: the error below says it all
+                with contextlib.redirect_stderr(io.StringIO()):
+                    JsonPath.parse_str(tol["path"].strip())
+                why = None
+            except Exception as exc:  # ValueError, or the generated parser's own errors
+                why = f"{type(exc).__name__}: {exc}"
+            if why:
+                raise ValueError(
+                    f"jsonpath {tol['path']!r} does not parse ({why}); Chaos Toolkit's dialect (jsonpath2) "
+                    "writes filters as `[*][?(@.key = value)]`"
+                )
     elif kind == "probe":
         Activity.model_validate({k: v for k, v in tol.items() if k != "tolerance"})
     else:
@@ -296,3 +332,4 @@ class Journal(BaseModel):
     verdict: str | None = None
     error: str | None = None
     phases: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)

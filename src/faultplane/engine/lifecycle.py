@@ -9,19 +9,18 @@ import json
 import random
 import signal
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
-from pydantic import ValidationError
 
 import faultplane
 import faultplane.core.policy  # every run is checked against the policy: loaded with the engine
 from faultplane.core.config import mask_secrets, resolve
-from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
+from faultplane.core.formats import ExperimentError, ValidationIssue
 from faultplane.core.model import Activity, ActivityRun, ActivityStatus, Experiment, Journal, MethodItem
 from faultplane.core.store import Store
 from faultplane.drivers.base import ActivityContext, get_activity
@@ -34,6 +33,14 @@ from faultplane.engine.providers import (
     disarm_inline_signals,
     execute_provider,
     jsonable,
+)
+from faultplane.engine.strategies import (
+    CTK_COMPAT,
+    ctk_outcome,
+    ctk_play_rollbacks,
+    runs_after,
+    runs_before,
+    runs_during,
 )
 from faultplane.engine.tolerance import within_tolerance
 
@@ -102,6 +109,8 @@ class Plan:
     _dump: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     # the document held a `${`: what runs may differ from what was written
     substituted: bool = True
+    # keys dropped as unknown, checks that did not refuse the run (unloadable controls, CTK-required keys)
+    warnings: list[ValidationIssue] = field(default_factory=list)
 
     def dump(self) -> dict[str, Any]:
         """The experiment as JSON data (aliases, no nulls), made once: the policy reads it and the journal
@@ -111,16 +120,25 @@ class Plan:
         return self._dump
 
 
-def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> Plan:
-    """Resolve and validate; raises ExperimentError listing every problem at once."""
+def plan(
+    raw: Mapping[str, Any],
+    variables: Mapping[str, Any] | None = None,
+    *,
+    ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
+) -> Plan:
+    """Resolve and validate; raises ExperimentError listing every problem at once. Keys Faultplane does not
+    know are dropped with a warning (`Plan.warnings`), as Chaos Toolkit ignores them."""
+    from faultplane.engine.keys import validate_lenient
+
     raw = dict(raw)
 
     def structure_issues() -> list[ValidationIssue]:
         # the document as written, before values are substituted in: errors point at what the author wrote
         try:
-            Experiment.model_validate(raw)
-        except ValidationError as exc:
-            return issues_from_pydantic(exc)
+            validate_lenient(raw)
+        except ExperimentError as exc:
+            return exc.issues
         return []
 
     # most experiments hold no `${}`; the one serialisation gives the content hash and says so
@@ -130,15 +148,25 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
     except TypeError:  # keys JSON cannot sort (a YAML mapping with mixed key types): validation names them
         canonical = None
     substituted = canonical is None or "${" in canonical
+    runtime = raw.get("runtime")
+    compat = (
+        ctk_compat
+        if ctk_compat is not None
+        else isinstance(runtime, dict) and bool(runtime.get("ctk_compat"))
+    )
     try:
-        resolved = resolve(raw, variables, substitute=substituted)
+        resolved = resolve(
+            raw, variables, substitute=substituted, keep_unknown=compat, strict=strict_variables
+        )
     except ExperimentError as exc:
         raise ExperimentError(structure_issues() + exc.issues) from None
     try:
         # one validation on the common path; the document as written is validated only to explain a failure
-        experiment = Experiment.model_validate(resolved.document)
-    except ValidationError as exc:
-        raise ExperimentError(structure_issues() or issues_from_pydantic(exc)) from None
+        experiment, warnings = validate_lenient(resolved.document)
+    except ExperimentError as exc:
+        raise ExperimentError(structure_issues() or exc.issues) from None
+    if ctk_compat is not None:
+        experiment.runtime.ctk_compat = ctk_compat
     if experiment.load is not None:
         from faultplane.engine.load import parse_load_spec
 
@@ -153,7 +181,29 @@ def plan(raw: Mapping[str, Any], variables: Mapping[str, Any] | None = None) -> 
         hashlib.sha256(canonical.encode()).hexdigest() if canonical is not None else content_hash(raw),
         family,
         substituted=substituted,
+        warnings=warnings,
     )
+
+
+def checked_plan(
+    raw: Mapping[str, Any],
+    variables: Mapping[str, Any] | None = None,
+    *,
+    ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
+) -> Plan:
+    """`plan`, then what the run would find out too late (engine/preflight.py): both `validate` and a run
+    start here, so what validates is what runs."""
+    from faultplane.engine.preflight import preflight
+
+    p = plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
+    errors, warnings = preflight(p)
+    if errors:
+        refusal = ExperimentError(errors)
+        refusal.warnings = p.warnings + warnings  # type: ignore[attr-defined]
+        raise refusal
+    p.warnings.extend(warnings)
+    return p
 
 
 def _slug(text: str) -> str:
@@ -234,12 +284,23 @@ class _Runner:
             content_hash=p.content_hash,
             family=p.family,
             estimate=self.exp.estimate.model_dump(exclude_none=True) if self.exp.estimate else None,
+            warnings=[str(w) for w in p.warnings],
         )
         self.writer = JournalWriter(
             journal, store=store, secret_values=p.secret_values, directory=journal_dir, on_event=on_event
         )
         self.policy_decision = policy_decision
         self.policy: Any | None = None
+        self.compat = self.exp.runtime.ctk_compat
+        self._last_probes: list[dict[str, Any]] = []
+        from faultplane.engine.controls import Controls
+
+        self.controls = Controls(
+            p.dump(),
+            p.configuration,
+            p.secrets,
+            lambda message: self.writer.journal.warnings.append(message),
+        )
         self.load_figures: Any | None = None
         # each declared activity's journal entry, from the one dump of the experiment
         self._dumped: dict[int, dict[str, Any]] = {}
@@ -267,6 +328,8 @@ class _Runner:
                     "pauses": activity.pauses.model_dump(exclude_none=True) if activity.pauses else None,
                 }
             )
+        if self.controls.enabled:
+            self.controls.apply("activity", "before", self._activity_dict(activity))
         start = now()
         status: ActivityStatus = "succeeded"
         output: Any = None
@@ -285,9 +348,9 @@ class _Runner:
             except TimeoutError:
                 status, error = "timeout", f"timed out after {activity.timeout}s"
             except ActivityTimeout as exc:
-                status, error = "timeout", str(exc)
+                status, error, output = "timeout", str(exc), exc.output
             except ActivityFailed as exc:
-                status, error = "failed", str(exc)
+                status, error, output = "failed", str(exc), exc.output
             except Exception as exc:  # a bug in a provider fails the activity, never the run's bookkeeping
                 status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         end = now()
@@ -303,6 +366,8 @@ class _Runner:
             exception=error,
             tolerance_met=None,
         )
+        if self.controls.enabled:
+            self.controls.apply("activity", "after", run.activity, run.model_dump(mode="json"))
         if activity.pauses and activity.pauses.after and not self.dry_run:
             await anyio.sleep(activity.pauses.after)
         return run
@@ -330,7 +395,11 @@ class _Runner:
         if hypo is None or not hypo.probes:
             return None
         met = True
-        probes = []
+        probes: list[dict[str, Any]] = []
+        self._last_probes = probes
+        hypo_dict = self.p.dump().get("steady-state-hypothesis") or {}
+        if self.controls.enabled:
+            self.controls.apply("hypothesis", "before", hypo_dict)
         for item in hypo.probes:
             run = await self.run_activity(item, f"hypothesis_{when}")
             if run.status == "skipped":
@@ -339,13 +408,18 @@ class _Runner:
                 run.tolerance_met = False
             else:
                 run.tolerance_met = await within_tolerance(
-                    self.exp.resolve(item).tolerance, run.output, self._probe_tolerance
+                    self.exp.resolve(item).tolerance,
+                    run.output,
+                    self._probe_tolerance,
+                    ctk_compat=self.compat,
                 )
             probes.append(run.model_dump(mode="json"))
             if run.tolerance_met is False:
                 met = False
                 break
         state = {"steady_state_met": None if self.dry_run else met, "probes": probes, "at": now().isoformat()}
+        if self.controls.enabled:
+            self.controls.apply("hypothesis", "after", hypo_dict, state)
         self.writer.emit({"event": "hypothesis", "when": when, "state": state})
         return None if self.dry_run else met
 
@@ -361,15 +435,62 @@ class _Runner:
                     tg.start_soon(self._run_recorded, item, section)
                     continue
                 run = await self._run_recorded(item, section)
+                if self.compat and section == "method" and self.state.status == "failed":
+                    break  # chaoslib checks the run's status between activities (a fail-fast hypothesis)
                 if run.status in ("failed", "timeout") and activity.type == "action":
                     ok = False
-                    if stop_on_failure:
+                    if stop_on_failure and not self.compat:
                         break
         self.ctx.inline = inline
         return ok and not any(
             r.status in ("failed", "timeout") and r.activity.get("type") == "action"
             for r in (self.writer.journal.run if section == "method" else [])
         )
+
+    @staticmethod
+    def _runs_json(runs: list[ActivityRun]) -> list[dict[str, Any]]:
+        return [r.model_dump(mode="json") for r in runs]
+
+    async def _ctk_after(self) -> None:
+        """After the method, Chaos Toolkit's way: failed actions do not fail the run; the hypothesis is checked
+        again unless the run was aborted or interrupted, and a refuted one sets the outcome."""
+        st = self.state
+        if st.status in ("aborted", "interrupted") or not runs_after(self.exp.runtime.hypothesis.strategy):
+            return
+        st.after_met = await self.check_hypothesis("after")
+        if st.after_met is False:
+            st.status = ctk_outcome(self._last_probes)
+
+    def _recovery_asked(self) -> bool:
+        """The recovery re-check repeats the hypothesis' probes (which may have side effects) and may wait
+        for them. It waits only when the experiment asks (`recovery_timeout`, `recovery_window_s`); otherwise
+        it is one pass after a rollback or revert, and none when nothing was restored."""
+        if self.compat:
+            return False
+        return bool({"recovery_timeout", "recovery_window_s"} & self.exp.runtime.model_fields_set)
+
+    async def _recover_check(self, restored: bool) -> None:
+        st = self.state
+        hypo = self.exp.steady_state_hypothesis
+        if self.compat or hypo is None or not hypo.probes:
+            return
+        if self._recovery_asked():
+            await self.check_recovery(wait=True)
+        elif restored:
+            # one pass, no waiting: a rollback or revert changed the system, and the steady state after it
+            # is what time-to-recover measures
+            await self.check_recovery(wait=False)
+        elif st.after_met is True and not st.during_failed and st.status != "aborted":
+            # it held after the method: nothing to recover from, and no probe needs repeating
+            state = {
+                "steady_state_met": True,
+                "time_to_recover_s": 0.0,
+                "window_s": 0.0,
+                "checks": [],
+                "from": "hypothesis_after",
+                "at": now().isoformat(),
+            }
+            self.writer.emit({"event": "hypothesis", "when": "recovery", "state": state})
 
     async def _run_recorded(self, item: MethodItem, section: str) -> ActivityRun:
         run = await self.run_activity(item, section)
@@ -382,7 +503,14 @@ class _Runner:
         while True:
             await anyio.sleep(rt.frequency)
             met = await self.check_hypothesis("during")
-            if met is False:
+            if met is False and self.compat:
+                # Chaos Toolkit records it; only --fail-fast changes the outcome, and lets the current
+                # activity finish
+                if rt.fail_fast:
+                    self.state.status = "failed"
+                    self.state.error.append("steady state not met during the method (fail_fast)")
+                    return
+            elif met is False:
                 self.state.during_failed = True
                 if rt.fail_fast:
                     self.state.error.append("steady state not met during the method (fail_fast)")
@@ -420,10 +548,11 @@ class _Runner:
         st = self.state
         strategy = self.exp.runtime.hypothesis.strategy
         self.writer.emit({"event": "phase", "phase": "baseline", "at": now().isoformat()})
-        if strategy in ("default", "before-method-only", "continuously"):
+        if runs_before(strategy):
             st.before_met = await self.check_hypothesis("before")
             if st.before_met is False:
-                st.status = "failed"
+                # Chaos Toolkit: `completed` when a tolerance was merely not met, `failed` when a probe raised
+                st.status = ctk_outcome(self._last_probes) if self.compat else "failed"
                 st.error.append("steady state hypothesis not met before the method: the method was not run")
                 return
         self.writer.emit({"event": "phase", "phase": "inject", "at": now().isoformat()})
@@ -434,12 +563,20 @@ class _Runner:
             if self.exp.slo_gates and not self.dry_run:
                 self.ctx.inline = False  # gates sample on this loop while the method runs
                 monitors.start_soon(self._gates, method_scope)
-            if strategy in ("during-method", "continuously") and not self.dry_run:
+            if runs_during(strategy) and not self.dry_run:
                 self.ctx.inline = False
                 monitors.start_soon(self._continuous_hypothesis, method_scope)
             with method_scope:
+                if self.controls.enabled:
+                    self.controls.apply("method", "before", self.p.dump())
                 ok = await self.run_section(self.exp.method, "method", stop_on_failure=True)
-                if not ok:
+                if self.controls.enabled:
+                    self.controls.apply(
+                        "method", "after", self.p.dump(), self._runs_json(self.writer.journal.run)
+                    )
+                if self.compat:
+                    await self._ctk_after()
+                elif not ok:
                     st.status = "failed"
                     failed = [r for r in self.writer.journal.run if r.status in ("failed", "timeout")]
                     if failed:
@@ -447,7 +584,7 @@ class _Runner:
                             f"action {failed[-1].activity.get('name')!r} failed: {failed[-1].exception}"
                         )
                 # Did the system hold its steady state under the fault? Checked before any rollback.
-                elif strategy in ("default", "after-method-only", "continuously"):
+                elif runs_after(strategy):
                     st.after_met = await self.check_hypothesis("after")
             monitors.cancel_scope.cancel()
         self.ctx.inline = inline
@@ -467,12 +604,23 @@ class _Runner:
         # A gate breach or an interruption is exactly when rollbacks matter: run them whatever was started.
         if st.status == "aborted" or st.interrupted:
             run_rollbacks = run_rollbacks or (strategy != "never" and st.method_started)
+        if self.compat:
+            run_rollbacks = ctk_play_rollbacks(
+                strategy, "interrupted" if st.interrupted else st.status, st.after_met is False
+            )
+        if run_rollbacks and self.controls.enabled:
+            self.controls.apply("rollback", "before", self.p.dump())
         if run_rollbacks and self.exp.rollbacks:
             for item in self.exp.rollbacks:
                 run = await self._run_recorded(item, "rollbacks")
                 if run.status in ("failed", "timeout"):
                     st.error.append(f"rollback {run.activity.get('name')!r} failed: {run.exception}")
-        for label, exc in await self.ctx.revert_all():
+        if run_rollbacks and self.controls.enabled:
+            self.controls.apply(
+                "rollback", "after", self.p.dump(), self._runs_json(self.writer.journal.rollbacks)
+            )
+        reverted = await self.ctx.revert_all()
+        for label, exc in reverted:
             self.writer.emit(
                 {
                     "event": "revert",
@@ -481,10 +629,11 @@ class _Runner:
             )
             if exc is not None:
                 st.error.append(f"revert {label!r} failed: {exc}")
+        restored = bool(reverted) or bool(run_rollbacks and self.exp.rollbacks)
         if st.method_started and not st.interrupted and not self.dry_run:
-            await self.check_recovery()
+            await self._recover_check(restored)
 
-    async def check_recovery(self) -> None:
+    async def check_recovery(self, wait: bool = True) -> None:
         """After rollbacks: how long until the steady state holds again (bounded by runtime.recovery_timeout)."""
         hypo = self.exp.steady_state_hypothesis
         if hypo is None or not hypo.probes:
@@ -492,7 +641,7 @@ class _Runner:
         rt = self.exp.runtime
         window = rt.recovery_window_s
         start = anyio.current_time()
-        deadline = start + rt.recovery_timeout + window
+        deadline = start + rt.recovery_timeout + window if wait else start
         checks: list[dict[str, Any]] = []
         held_since: float | None = None
         met = False
@@ -599,6 +748,13 @@ class _Runner:
             return []
 
     async def run(self, handle_signals: bool) -> Journal:
+        token = CTK_COMPAT.set(self.compat)
+        try:
+            return await self._run(handle_signals)
+        finally:
+            CTK_COMPAT.reset(token)
+
+    async def _run(self, handle_signals: bool) -> Journal:
         self.writer.start()
         if self.policy_decision is not None:
             self.writer.emit({"event": "policy", "policy": _decision_dict(self.policy_decision)})
@@ -607,10 +763,18 @@ class _Runner:
         try:
             # every target selection of the run (method, rollbacks, threads) is held to the blast radius
             with radius_cap(self._radius()):
+                if self.controls.enabled:
+                    self.controls.configure()
+                    self.controls.apply("experiment", "before", self.p.dump())
                 await self._run_phases(handle_signals, scope)
         finally:
             _ACTIVE.pop(self.ctx.run_id, None)
-        return self.analyse()
+        journal = self.analyse()
+        if self.controls.enabled:
+            # as in Chaos Toolkit, the control sees the finished journal (its changes are not written back)
+            self.controls.apply("experiment", "after", self.p.dump(), journal.model_dump(mode="json"))
+            self.controls.cleanup()
+        return journal
 
     def _radius(self) -> dict[str, float | int] | None:
         radius = getattr(self.policy_decision, "radius", None)
@@ -887,10 +1051,12 @@ async def execute(
     approval_token: str | None = None,
     handle_signals: bool = False,
     journal_dir: Path | None = None,
+    ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> Journal:
     """The whole lifecycle: plan and policy (phase 0), then run. Every surface goes through here, so the
     policy cannot be bypassed. Raises ExperimentError for invalid input; a refusal is a `refused` journal."""
-    p = plan(raw, variables)
+    p = checked_plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
     policy = _load_policy(policy_path)
     decision = None
     if policy is not None:

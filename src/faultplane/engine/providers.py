@@ -7,10 +7,12 @@ import contextlib
 import contextvars
 import importlib
 import inspect
+import itertools
 import json
 import os
 import queue
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -27,12 +29,18 @@ from faultplane.core.model import (
     PythonProvider,
 )
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+from faultplane.engine.strategies import CTK_COMPAT
 
 __all__ = ["ActivityFailed", "ActivityTimeout", "execute_provider", "jsonable"]
 
 
 class ActivityFailed(RuntimeError):
-    """The activity could not do its job (raised, timed out, unreachable, unexpected status)."""
+    """The activity could not do its job (raised, timed out, unreachable, unexpected status). `output` keeps
+    what it produced all the same (a failed process's status, stdout and stderr) for the journal."""
+
+    def __init__(self, message: str, output: Any = None) -> None:
+        super().__init__(message)
+        self.output = output
 
 
 class ActivityTimeout(ActivityFailed):
@@ -252,22 +260,20 @@ async def _run_python(p: PythonProvider, ctx: ActivityContext, timed: bool = Tru
         raise ActivityFailed(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _process_args(arguments: str | list[Any] | dict[str, Any]) -> list[str]:
+def process_command(path: str, arguments: str | list[Any] | dict[str, Any]) -> str | list[str]:
+    """The command as Chaos Toolkit runs it: a string of arguments goes through the shell after the resolved
+    executable (`sh -c "<path> <arguments>"`, so quoting, pipes and redirections work as they did there); a
+    list runs as a list; a mapping runs as its keys and values in order. Empty and null items are left out."""
+    exe = shutil.which(os.path.expanduser(path)) or path
     if isinstance(arguments, str):
-        return shlex.split(arguments)
-    if isinstance(arguments, list):
-        return [str(a) for a in arguments]
-    out: list[str] = []
-    for k, v in arguments.items():
-        out.append(k if k.startswith("-") else f"--{k}")
-        if v is not None and v != "":
-            out.append(str(v))
-    return out
+        return f"{shlex.quote(exe)} {arguments}" if arguments else shlex.quote(exe)
+    items = itertools.chain.from_iterable(arguments.items()) if isinstance(arguments, dict) else arguments
+    return [exe, *(str(a) for a in items if a not in (None, ""))]
 
 
 async def _run_process(p: ProcessProvider, ctx: ActivityContext, kind: str) -> Any:
     env = {**os.environ, **(p.env or {})}
-    cmd = [p.path, *_process_args(p.arguments)]
+    cmd = process_command(p.path, p.arguments)
     try:
         with anyio.fail_after(p.timeout) if p.timeout else _nullcontext():
             proc = await anyio.run_process(cmd, check=False, env=env, stdin=subprocess.DEVNULL)
@@ -280,8 +286,10 @@ async def _run_process(p: ProcessProvider, ctx: ActivityContext, kind: str) -> A
         "stdout": proc.stdout.decode("utf-8", "replace"),
         "stderr": proc.stderr.decode("utf-8", "replace"),
     }
-    if kind == "action" and proc.returncode != 0:
-        raise ActivityFailed(f"process {p.path} exited with status {proc.returncode}: {out['stderr'][-500:]}")
+    if kind == "action" and proc.returncode != 0 and not CTK_COMPAT.get():
+        raise ActivityFailed(
+            f"process {p.path} exited with status {proc.returncode}: {out['stderr'][-500:]}", output=out
+        )
     return out
 
 
@@ -302,12 +310,21 @@ async def _run_http(p: HttpProvider, ctx: ActivityContext) -> Any:
     method = p.method.upper()
     kwargs: dict[str, Any] = {"headers": p.headers}
     if p.arguments is not None:
-        if method in ("GET", "HEAD", "DELETE") and isinstance(p.arguments, dict):
+        # as Chaos Toolkit sends them: query parameters for GET; otherwise JSON only when the request says
+        # `Content-Type: application/json`, else a form (a mapping) or the raw text
+        declared_json = any(
+            k.lower() == "content-type" and v == "application/json" for k, v in p.headers.items()
+        )
+        if method == "GET" and isinstance(p.arguments, dict):
             kwargs["params"] = p.arguments
         elif isinstance(p.arguments, str):
             kwargs["content"] = p.arguments
-        else:
+        elif declared_json or not isinstance(p.arguments, dict):
             kwargs["json"] = p.arguments
+        else:
+            kwargs["data"] = {
+                k: v if isinstance(v, str | bytes) else json.dumps(v) for k, v in p.arguments.items()
+            }
     try:
         async with httpx.AsyncClient(timeout=timeout, verify=p.verify_tls) as client:
             resp = await client.request(method, p.url, **kwargs)
@@ -315,10 +332,15 @@ async def _run_http(p: HttpProvider, ctx: ActivityContext) -> Any:
         raise ActivityTimeout(f"{method} {p.url} timed out") from None
     except httpx.HTTPError as exc:
         raise ActivityFailed(f"{method} {p.url} failed: {type(exc).__name__}: {exc}") from None
-    try:
-        body: Any = resp.json()
-    except (json.JSONDecodeError, ValueError):
-        body = resp.text
+    # a JSON body is decoded when the response says it is JSON (Chaos Toolkit: exactly `application/json`)
+    media = resp.headers.get("content-type", "")
+    is_json = (
+        media == "application/json" if CTK_COMPAT.get() else media.split(";")[0].strip() == "application/json"
+    )
+    body: Any = resp.text
+    if is_json:
+        with contextlib.suppress(json.JSONDecodeError, ValueError):
+            body = resp.json()
     out = {"status": resp.status_code, "headers": dict(resp.headers), "body": body}
     if p.expected_status is not None and resp.status_code != p.expected_status:
         raise ActivityFailed(f"{method} {p.url} returned {resp.status_code}, expected {p.expected_status}")

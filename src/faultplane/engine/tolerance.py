@@ -17,10 +17,25 @@ RunProbe = Callable[[dict[str, Any], Any], Awaitable[Any]]
 
 @functools.lru_cache(maxsize=256)
 def _jsonpath(path: str) -> Any:
-    """Parsed once per path: a probe checked in a loop must not re-parse it every time."""
-    from jsonpath_ng.ext import parse  # imported on first use: most runs have no jsonpath tolerance
+    """Parsed once per path: a probe checked in a loop must not re-parse it every time. jsonpath2, the
+    dialect Chaos Toolkit evaluates tolerances with (`=` in filters, filters apply to the node they follow,
+    so `$.items[*][?(@.up = true)]` filters items), so the same path gives the same verdict."""
+    from jsonpath2.path import Path  # imported on first use: most runs have no jsonpath tolerance
 
-    return parse(path)
+    return Path.parse_str(path.strip())
+
+
+def jsonpath_error(path: str) -> str | None:
+    """Why a jsonpath tolerance's path cannot be parsed, or None."""
+    try:
+        _jsonpath(path)
+    except Exception as exc:  # jsonpath2 raises ValueError or its parser's own errors
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def jsonpath_values(path: str, value: Any) -> list[Any]:
+    return [m.current_value for m in _jsonpath(path).match(value)]
 
 
 def _target(value: Any, target: str | None) -> Any:
@@ -29,9 +44,20 @@ def _target(value: Any, target: str | None) -> Any:
     return value
 
 
-async def within_tolerance(tolerance: Any, value: Any, run_probe: RunProbe | None = None) -> bool:
+async def within_tolerance(
+    tolerance: Any, value: Any, run_probe: RunProbe | None = None, *, ctk_compat: bool = False
+) -> bool:
     if tolerance is None:
         return True
+    if ctk_compat and isinstance(tolerance, str):
+        return bool(value == tolerance)  # Chaos Toolkit compares the whole output, a process's dict included
+    if ctk_compat and isinstance(tolerance, list) and not (isinstance(value, dict) and "status" in value):
+        if len(tolerance) == 2:
+            try:
+                return bool(tolerance[0] <= value <= tolerance[1])
+            except TypeError:
+                return False
+        return value in tolerance
     if isinstance(tolerance, bool):
         if isinstance(value, dict) and "status" in value and not isinstance(value.get("status"), bool):
             return False
@@ -77,7 +103,7 @@ async def within_tolerance(tolerance: Any, value: Any, run_probe: RunProbe | Non
         if isinstance(v, str):
             with contextlib.suppress(json.JSONDecodeError):
                 v = json.loads(v)
-        values = [m.value for m in _jsonpath(tolerance["path"]).find(v)]
+        values = jsonpath_values(tolerance["path"], v)
         result = len(values) > 0
         if tolerance.get("count") is not None:
             result = len(values) == tolerance["count"]

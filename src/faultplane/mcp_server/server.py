@@ -138,6 +138,7 @@ class ValidateOutput(BaseModel):
     valid: bool
     title: str | None = None
     errors: list[ValidationIssueOut]
+    warnings: list[ValidationIssueOut] = []  # keys ignored, unloadable controls: the run goes on
 
 
 class ExperimentOut(BaseModel):
@@ -396,13 +397,19 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     async def chaos_validate_experiment(
         experiment_name: Annotated[str | None, Field(description="a listed experiment")] = None,
         experiment: Annotated[str | None, Field(description="or inline YAML, JSON or TOON text")] = None,
+        ctk_compat: Annotated[
+            bool, Field(description="check as Chaos Toolkit would (docs/chaostoolkit.md)")
+        ] = False,
     ) -> Annotated[CallToolResult, ValidateOutput]:
-        """Check an experiment's structure, values and policy without running anything."""
+        """Check everything a run checks before it executes anything (structure, values, provider modules and
+        signatures, drivers and their arguments, the policy) without running anything."""
         from faultplane.services.experiments import validate_experiment
 
         _, source = _source(experiment_name, experiment)
         try:
-            report = await anyio.to_thread.run_sync(validate_experiment, source)
+            report = await anyio.to_thread.run_sync(
+                lambda: validate_experiment(source, ctk_compat=ctk_compat or None)
+            )
         except ValueError as exc:  # a broken policy file: its message names the fix
             raise ToolError(str(exc)) from None
         return cfg.render(
@@ -411,6 +418,9 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
                 title=report.title,
                 errors=[
                     ValidationIssueOut(field=e.field, message=e.message, fix=e.fix) for e in report.errors
+                ],
+                warnings=[
+                    ValidationIssueOut(field=w.field, message=w.message, fix=w.fix) for w in report.warnings
                 ],
             )
         )

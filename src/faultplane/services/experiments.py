@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from faultplane.core.formats import ExperimentError, ValidationIssue, dumps, load_document
 from faultplane.core.model import Experiment, Journal
 from faultplane.core.store import Store, open_store
-from faultplane.engine.lifecycle import evaluate_policy, execute, exit_code, plan
+from faultplane.engine.lifecycle import checked_plan, evaluate_policy, execute, exit_code
 
 __all__ = [
     "ExperimentInfo",
@@ -37,6 +37,7 @@ class ValidationReport(BaseModel):
     valid: bool
     title: str | None = None
     errors: list[ValidationIssue] = []
+    warnings: list[ValidationIssue] = []
     policy: dict[str, Any] | None = None
 
 
@@ -60,6 +61,7 @@ class RunResult(BaseModel):
     exit_code: int
     verdict: str | None = None
     journal_path: str | None = None
+    warnings: list[str] = []
 
     @classmethod
     def from_journal(cls, j: Journal, journal_path: str | None = None) -> RunResult:
@@ -79,6 +81,7 @@ class RunResult(BaseModel):
             exit_code=code,
             verdict=j.verdict,
             journal_path=journal_path,
+            warnings=j.warnings,
         )
 
 
@@ -139,14 +142,20 @@ def validate_experiment(
     variables: Mapping[str, Any] | None = None,
     policy_path: str | Path | None = None,
     with_policy: bool = True,
+    runtime: Mapping[str, Any] | None = None,
+    ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> ValidationReport:
-    """Check structure, values and (optionally) the policy; never raises on bad input."""
+    """Everything a run checks before it executes anything (structure, values, providers, drivers, controls,
+    the policy's phase-0 verdict), without running anything; never raises on bad input."""
+    from faultplane.services.ctk import apply_runtime
+
     try:
-        raw = _load(source)
-        p = plan(raw, variables)
+        raw = apply_runtime(_load(source), runtime)
+        p = checked_plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
     except ExperimentError as exc:
-        return ValidationReport(valid=False, errors=exc.issues)
-    report = ValidationReport(valid=True, title=p.experiment.title)
+        return ValidationReport(valid=False, errors=exc.issues, warnings=getattr(exc, "warnings", []))
+    report = ValidationReport(valid=True, title=p.experiment.title, warnings=p.warnings)
     if with_policy:
         decision = evaluate_policy(p, open_store(), policy_path, None)
         if decision is not None:
@@ -171,10 +180,17 @@ async def run_experiment(
     approval_token: str | None = None,
     handle_signals: bool = False,
     journal_dir: Path | None = None,
+    runtime: Mapping[str, Any] | None = None,
+    ctk_compat: bool | None = None,
+    strict_variables: Collection[str] = (),
 ) -> RunResult:
-    """Plan (validate + policy), then run. Raises ExperimentError for invalid input (nothing is run)."""
+    """Plan (validate + policy), then run. Raises ExperimentError for invalid input (nothing is run).
+    `runtime` overrides the experiment's `runtime` block (the CLI's strategy flags); `ctk_compat` runs with
+    Chaos Toolkit's outcomes (docs/chaostoolkit.md)."""
+    from faultplane.services.ctk import apply_runtime
+
     j = await execute(
-        _load(source),
+        apply_runtime(_load(source), runtime),
         variables=variables,
         dry_run=dry_run,
         store=store if store is not None else open_store(),
@@ -183,6 +199,8 @@ async def run_experiment(
         approval_token=approval_token,
         handle_signals=handle_signals,
         journal_dir=journal_dir,
+        ctk_compat=ctk_compat,
+        strict_variables=strict_variables,
     )
     return RunResult.from_journal(j, str((journal_dir or _jdir()) / f"{j.run_id}.json"))
 

@@ -1,0 +1,204 @@
+"""`validate` predicts phase 0: an experiment that validates is never refused when it runs for a reason
+validate could have seen, and one that does not validate never starts. Checked over the compatibility corpus
+and over mutations of it (misspelt keys, modules, functions, arguments, strategies)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from faultplane.core.formats import ExperimentError, load_document
+from faultplane.engine.lifecycle import execute
+from faultplane.services.experiments import validate_experiment
+
+COMPAT = Path(__file__).parent / "ctk" / "compat"
+CORPUS = sorted(p for p in COMPAT.iterdir() if p.suffix in (".yaml", ".json") and p.name[:2].isdigit())
+CORPUS = [p for p in CORPUS if p.name != "58-vars.json"]
+if str(COMPAT) not in sys.path:
+    sys.path.insert(0, str(COMPAT))
+
+pytestmark = pytest.mark.usefixtures("lab_policy")
+
+
+def _vars(doc: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    given_ = {"workdir": str(tmp), "base_url": "http://127.0.0.1:9"}
+    return {k: v for k, v in given_.items() if k in (doc.get("configuration") or {})}
+
+
+def _activities(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    items = list((doc.get("steady-state-hypothesis") or {}).get("probes") or [])
+    items += list(doc.get("method") or []) + list(doc.get("rollbacks") or [])
+    return [a for a in items if isinstance(a, dict) and isinstance(a.get("provider"), dict)]
+
+
+def _mutate(doc: dict[str, Any], kind: str, pick: int, text: str) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    acts = _activities(doc)
+    act = acts[pick % len(acts)] if acts else None
+    prov = act["provider"] if act else None
+    if kind == "typo-top" and doc:
+        key = sorted(doc)[pick % len(doc)]
+        doc[key[:-1] + text[:1] if len(key) > 1 else key + "x"] = doc.pop(key)
+    elif kind == "typo-activity" and act:
+        key = sorted(act)[pick % len(act)]
+        act[key + text[:2]] = act.pop(key)
+    elif kind == "typo-provider" and prov:
+        key = sorted(prov)[pick % len(prov)]
+        prov[key[:-1] or "k"] = prov.pop(key)
+    elif kind == "module" and prov and prov.get("type") == "python":
+        prov["module"] = prov["module"] + text
+    elif kind == "func" and prov and prov.get("type") == "python":
+        prov["func"] = prov["func"] + text
+    elif kind == "argument" and prov and prov.get("type") == "python":
+        prov.setdefault("arguments", {})["extra_" + (text or "x")] = 1
+    elif kind == "path" and prov and prov.get("type") == "process":
+        prov["path"] = "no-such-" + text
+    elif kind == "strategy":
+        doc["runtime"] = {"hypothesis": {"strategy": text or "sometimes"}}
+    elif kind == "reference":
+        doc.setdefault("method", []).append({"ref": "nowhere" + text})
+    elif kind == "variable" and act:
+        act.setdefault("pauses", {})["before"] = "${undefined_" + (text or "x") + "}"
+    return doc
+
+
+def _phase0(doc: dict[str, Any], variables: dict[str, Any]) -> str:
+    """What a run decides before anything executes: invalid, refused, or runs (dry run: nothing is touched)."""
+
+    async def go() -> str:
+        try:
+            journal = await execute(doc, variables=variables, dry_run=True)
+        except ExperimentError:
+            return "invalid"
+        return "refused" if journal.status == "refused" else "runs"
+
+    return anyio.run(go)
+
+
+def _check(doc: dict[str, Any], tmp: Path) -> None:
+    variables = _vars(doc, tmp)
+    report = validate_experiment(doc, variables=variables)
+    outcome = _phase0(doc, variables)
+    if report.valid:
+        assert outcome == "runs", f"validated, then {outcome}: {doc}"
+    else:
+        assert outcome in ("invalid", "refused"), f"did not validate ({report.errors}) but runs: {doc}"
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus(path: Path, tmp_path: Path) -> None:
+    _check(load_document(path), tmp_path)
+
+
+KINDS = [
+    "typo-top",
+    "typo-activity",
+    "typo-provider",
+    "module",
+    "func",
+    "argument",
+    "path",
+    "strategy",
+    "reference",
+    "variable",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    index=st.integers(0, len(CORPUS) - 1),
+    kind=st.sampled_from(KINDS),
+    pick=st.integers(0, 20),
+    text=st.text(alphabet="abcé_ü", min_size=0, max_size=3),
+)
+def test_mutations(index: int, kind: str, pick: int, text: str, tmp_path: Path) -> None:
+    _check(_mutate(load_document(CORPUS[index]), kind, pick, text), tmp_path)
+
+
+def test_one_error_per_root_cause() -> None:
+    """A bad key inside an activity is one problem, not one per branch of the activity-or-ref union."""
+    doc = {
+        "title": "t",
+        "description": "d",
+        "method": [
+            {
+                "type": "action",
+                "name": "a",
+                "provider": {"type": "python", "module": "ctkfix", "fnc": "value"},
+            }
+        ],
+    }
+    report = validate_experiment(doc, with_policy=False)
+    assert [(e.field, e.fix) for e in report.errors] == [
+        ("method[0].provider.func", "rename 'fnc' to 'func'")
+    ]
+    bad_arg = copy.deepcopy(doc)
+    bad_arg["method"][0]["provider"] = {
+        "type": "python",
+        "module": "ctkfix",
+        "func": "value",
+        "arguments": {"vv": 1},
+    }
+    report = validate_experiment(bad_arg, with_policy=False)
+    assert [e.field for e in report.errors] == ["method[0].provider.arguments.vv"]
+    assert report.errors[0].fix == "rename 'vv' to 'v'"
+    typo_func = copy.deepcopy(doc)
+    typo_func["method"][0]["provider"] = {
+        "type": "python",
+        "module": "ctkfix",
+        "func": "vlaue",
+        "arguments": {"v": 1},
+    }
+    report = validate_experiment(typo_func, with_policy=False)
+    assert [(e.field, e.fix) for e in report.errors] == [("method[0].provider.func", "did you mean 'value'?")]
+    driver = copy.deepcopy(doc)
+    driver["method"][0]["provider"] = {
+        "type": "driver",
+        "driver": "faults",
+        "name": "registr",
+        "arguments": {},
+    }
+    report = validate_experiment(driver, with_policy=False)
+    assert [(e.field, e.fix) for e in report.errors] == [
+        ("method[0].provider.name", "did you mean 'register'?")
+    ]
+
+
+def test_driver_arguments_checked_against_the_schema() -> None:
+    def with_args(arguments: dict[str, Any]) -> list[tuple[str, str]]:
+        doc = {
+            "title": "t",
+            "description": "d",
+            "method": [
+                {
+                    "type": "action",
+                    "name": "a",
+                    "provider": {
+                        "type": "driver",
+                        "driver": "faults",
+                        "name": "register",
+                        "arguments": arguments,
+                    },
+                }
+            ],
+        }
+        return [(e.field, e.fix) for e in validate_experiment(doc, with_policy=False).errors]
+
+    assert with_args({"nam": "x", "fault_type": "latency"}) == [
+        ("method[0].provider.arguments.nam", "rename 'nam' to 'name'")
+    ]
+    errors = with_args({"fault_type": "latency", "bogus": 1})
+    assert [f for f, _ in errors] == [
+        "method[0].provider.arguments.name",
+        "method[0].provider.arguments.bogus",
+    ]
+    assert with_args({"name": "x", "fault_type": "latency"}) == []
+    drv = with_args({})[0]
+    assert drv[0] == "method[0].provider.arguments.name"
