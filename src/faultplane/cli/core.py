@@ -67,7 +67,12 @@ class JournalFormat(enum.StrEnum):
 
 RollbackOpt = Annotated[RollbackStrategy | None, typer.Option("--rollback-strategy", help="as `chaos run`")]
 HypothesisOpt = Annotated[
-    HypothesisStrategy | None, typer.Option("--hypothesis-strategy", help="as `chaos run`")
+    HypothesisStrategy | None,
+    typer.Option(
+        "--hypothesis-strategy",
+        metavar="<strategy>",  # the choices, listed whole, would not fit an 80-column terminal
+        help="as `chaos run`: default, before-method-only, after-method-only, during-method-only, continuously",
+    ),
 ]
 FrequencyOpt = Annotated[
     float | None,
