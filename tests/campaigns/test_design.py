@@ -159,3 +159,22 @@ async def test_designed_experiments_run_against_the_demo_service(demo_url: str) 
     harsh = await run_experiment(gentle.experiment, variables={"latency_s": 0.9})
     assert harsh.status in ("deviated", "aborted"), harsh
     assert not harsh.success
+
+
+@pytest.mark.parametrize("request_", REQUESTS)
+def test_written_designs_are_plain_yaml_without_anchors_or_aliases(
+    request_: dict[str, Any], tmp_path: Path
+) -> None:
+    import yaml
+
+    result = design_experiments(request_)
+    for path in write_design(result, tmp_path, include_held_back=True):
+        text = path.read_text()
+        events = list(yaml.parse(text))
+        assert not any(getattr(e, "anchor", None) for e in events), f"{path.name} has YAML anchors"
+        assert not any(isinstance(e, yaml.AliasEvent) for e in events), f"{path.name} has YAML aliases"
+        assert yaml.safe_load(text) == next(
+            d.experiment
+            for d in [*result.experiments, *result.held_back]
+            if path.name.endswith(f"-{d.slug}.yaml")
+        )

@@ -3,11 +3,13 @@ every reader through `Store` (in any process), or the run's own process at exit,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +205,36 @@ def test_a_journal_that_cannot_be_indexed_is_set_aside_not_blocking_the_store(
     assert sorted(p.name for p in store.pending_dir.iterdir()) == ["torn.rejected"]
     assert "torn.json" in caplog.text and "torn.rejected" in caplog.text
     assert not store.has_pending()
+
+
+def _cli_run(tmp_path: Path, *, extra_env: dict[str, str] | None = None) -> tuple[str, str]:
+    exp = tmp_path / "exp.json"
+    exp.write_text(json.dumps(_experiment("cli queued rows")))
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "faultplane", "run", str(exp), "-q", "-o", "json"],
+        capture_output=True,
+        text=True,
+        env={**env(), "FAULTPLANE_STORE": str(tmp_path / "s.duckdb"), **(extra_env or {})},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)["run_id"], done.stderr
+
+
+def test_the_cli_run_leaves_its_rows_to_a_detached_writer_and_never_loads_duckdb(tmp_path: Path) -> None:
+    _cli_run(tmp_path)  # the family's first run reads the database once for its history
+    run_id, imports = _cli_run(tmp_path)
+    assert not [ln for ln in imports.splitlines() if ln.rstrip().endswith(("| duckdb", "| pyarrow"))]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the detached writer needs DuckDB's start-up, then a moment
+        with contextlib.suppress(duckdb.IOException):  # the writer holds the file lock while it writes
+            if _raw_rows(tmp_path / "s.duckdb", run_id) == [("completed",)]:
+                break
+        time.sleep(0.2)
+    assert _raw_rows(tmp_path / "s.duckdb", run_id) == [("completed",)]
+    assert not list((tmp_path / "s.duckdb.pending").glob("*.json"))
+
+
+def test_the_cli_run_writes_its_rows_itself_when_asked(tmp_path: Path) -> None:
+    run_id, _ = _cli_run(tmp_path, extra_env={"FAULTPLANE_STORE_WRITER": "inline"})
+    assert _raw_rows(tmp_path / "s.duckdb", run_id) == [("completed",)]  # at once: written before exit

@@ -54,7 +54,9 @@ def test_empty_plan() -> None:
         ({"faults": [{"added_ms": 3}]}, "faults[0]"),
         ({"faults": [{"type": "timeout", "probabilty": 0.1}]}, "faults[0].probabilty: unknown field"),
         ({"seed": "x"}, "seed"),
-        ({"faults": [{"type": "schema_drift"}]}, "at least one of rename, remove, retype"),
+        ({"faults": [{"type": "schema_drift", "retype": {"temp": "date"}}]}, "faults[0].retype.temp"),
+        ({"faults": [{"type": "head_of_line", "added_ms": 0}]}, "faults[0].added_ms"),
+        ({"faults": [{"type": "registry_inconsistency", "mode": "stale"}]}, "faults[0].mode"),
         (
             {"faults": [{"type": "error_injection", "rate": 0.1, "probability": 0.2}]},
             "either rate or probability",
@@ -66,6 +68,7 @@ def test_invalid_plans_name_the_field(plan: dict, needle: str) -> None:
     with pytest.raises(PlanError) as info:
         parse_plan(plan)
     assert needle in str(info.value)
+    assert "Value error" not in str(info.value)  # pydantic's wording stays out of the message
 
 
 def test_unreadable_files_are_clear(tmp_path: Path) -> None:
@@ -81,3 +84,41 @@ def test_unreadable_files_are_clear(tmp_path: Path) -> None:
         load_plan(odd)
     with pytest.raises(PlanError, match="mapping"):
         parse_plan([1, 2])
+
+
+# The plan of seed 002 ("Chaos engineering for MCP"), exactly as the article prints it.
+SEED_PLAN = """\
+# fault-plan.yaml — inject tool-call-plane failures, reproducibly
+seed: 42
+faults:
+  - type: latency                 # push slow tools toward the step deadline
+    added_ms: 4000
+    jitter_ms: 1500
+    probability: 0.3
+  - type: schema_drift            # return a shape the agent didn't expect
+    tools: ["get_incident"]
+    probability: 0.2
+  - type: partial_result          # a truncated result the agent treats as complete
+    tools: ["fetch_logs"]
+    probability: 0.5
+  - type: registry_inconsistency  # advertised tool that errors on call
+    tools: ["restart_service"]
+  - type: error_injection         # the demo's 2% per-call failure
+    rate: 0.02
+"""
+
+
+def test_the_seed_articles_plan_validates_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "fault-plan.yaml"
+    path.write_text(SEED_PLAN, encoding="utf-8")
+    plan = load_plan(path)
+    assert [f.type for f in plan.faults] == [
+        "latency",
+        "schema_drift",
+        "partial_result",
+        "registry_inconsistency",
+        "error_injection",
+    ]
+    drift = plan.faults[1]
+    assert drift.default_drift and drift.tools == ["get_incident"] and drift.probability == 0.2
+    assert plan.faults[3].mode == "listed_but_broken" and plan.faults[4].probability == 0.02

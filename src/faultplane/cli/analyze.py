@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from faultplane.cli.term import Console, Table, timestamp
 
 app = typer.Typer(
     help="The evidence of past runs: scorecards, trends, anomalies, estimate vs actual, SQL, exports, baselines.",
@@ -178,7 +178,7 @@ def _print_summary(summary: Any) -> None:
         )  # fmt: skip
     console.print(cards)
     runs = Table(
-        "run", "experiment", "status", "started (UTC)", "recover s", "est s", "p99 ms est/act",
+        "run", "experiment", "status", "started", "recover s", "est s", "p99 ms est/act",
         "err est/act", "score", "",
         title=f"Runs (last {summary.runs_shown} of {summary.runs_total})",
     )  # fmt: skip
@@ -186,7 +186,7 @@ def _print_summary(summary: Any) -> None:
         est = {c.metric: c for c in r.estimate}
         flag = "[red]anomaly[/]" if r.anomaly else ""
         runs.add_row(
-            r.run_id[:12], r.experiment, r.status or "", r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.run_id, r.experiment, r.status or "", timestamp(r.started_at),
             _num(r.time_to_recover_s), _num(est["recovery_seconds"].estimate),
             f"{_num(est['latency_p99_ms'].estimate, '{:g}')}/{_num(est['latency_p99_ms'].actual, '{:g}')}",
             f"{_num(est['error_rate'].estimate, '{:g}')}/{_num(est['error_rate'].actual, '{:g}')}",

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from faultplane.cli.gameday import emit
+from faultplane.cli.term import Console, Table
 
 app = typer.Typer(
     help="Compliance evidence: which framework requirements your experiments cover.", no_args_is_help=True
@@ -84,3 +83,63 @@ def report(
         typer.echo(render_html(rep))
     else:
         typer.echo(render_markdown(rep))
+
+
+@app.command()
+def periodic(
+    out_dir: Annotated[
+        Path, typer.Option("--out-dir", "-o", help="folder of the reports (kept between runs)")
+    ],
+    period: Annotated[str, typer.Option("--period", help="the reporting period: 30d, 4w, 12h")] = "30d",
+    framework: Annotated[list[str] | None, typer.Option("--framework", "-f", help="limit the scope")] = None,
+    rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="store path or URL (default: $FAULTPLANE_STORE)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the change as JSON")] = False,
+    as_of: Annotated[
+        str | None, typer.Option("--as-of", help="report as of this UTC date or time (ISO 8601; default now)")
+    ] = None,
+) -> None:
+    """For cron or CI: write this period's coverage report and its change from the previous one.
+    Exit 0 coverage held, 1 a requirement covered before is not now, 2 invalid input."""
+    from datetime import UTC, datetime
+
+    from faultplane.core.store import open_store
+    from faultplane.services.compliance import ComplianceError
+    from faultplane.services.coverage_diff import parse_period, periodic_report
+
+    try:
+        now = None
+        if as_of is not None:
+            try:
+                now = datetime.fromisoformat(as_of.replace("Z", "+00:00"))
+            except ValueError:
+                raise ComplianceError(
+                    f"--as-of: {as_of!r} is not a date; fix: ISO 8601, e.g. 2026-12-31 or 2026-12-31T18:00Z"
+                ) from None
+            now = now.replace(tzinfo=UTC) if now.tzinfo is None else now
+        change = periodic_report(
+            out_dir,
+            now=now,
+            period_days=parse_period(period),
+            store=open_store(store),
+            frameworks=framework or None,
+            rto_seconds=rto,
+        )
+    except ComplianceError as exc:
+        err_console.print(f"[red]{exc}[/]", highlight=False)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(change.model_dump_json(indent=2))
+    else:
+        verdict = "[red]coverage fell[/]" if change.fell else "[green]coverage held[/]"
+        console.print(
+            f"{verdict}: {change.previous_coverage:.0%} -> {change.coverage:.0%} (against the {change.baseline})",
+            highlight=False,
+        )
+        console.print(f"new gaps: {', '.join(change.new_gaps) or 'none'}", highlight=False)
+        console.print(f"closed gaps: {', '.join(change.closed_gaps) or 'none'}", highlight=False)
+        for kind, path in change.files.items():
+            console.print(f"wrote {kind}: {path}", highlight=False, markup=False)
+    raise typer.Exit(1 if change.fell else 0)

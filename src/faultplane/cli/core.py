@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from faultplane.cli.progress import JsonlEvents, RunProgress, print_summary
+from faultplane.cli.term import Console, Table, timestamp
 
 # Engine, store and formats are imported inside the commands that use them: `faultplane --help` and the
 # commands that need none of them must not pay for pydantic, DuckDB and anyio at start-up.
@@ -66,7 +67,12 @@ class JournalFormat(enum.StrEnum):
 
 RollbackOpt = Annotated[RollbackStrategy | None, typer.Option("--rollback-strategy", help="as `chaos run`")]
 HypothesisOpt = Annotated[
-    HypothesisStrategy | None, typer.Option("--hypothesis-strategy", help="as `chaos run`")
+    HypothesisStrategy | None,
+    typer.Option(
+        "--hypothesis-strategy",
+        metavar="<strategy>",  # the choices, listed whole, would not fit an 80-column terminal
+        help="as `chaos run`: default, before-method-only, after-method-only, during-method-only, continuously",
+    ),
 ]
 FrequencyOpt = Annotated[
     float | None,
@@ -108,6 +114,10 @@ def _runtime(
 class ValidateOutput(enum.StrEnum):
     text = "text"
     json = "json"
+
+
+class EventsFormat(enum.StrEnum):
+    jsonl = "jsonl"
 
 
 class TableFormat(enum.StrEnum):
@@ -188,7 +198,7 @@ def validate(
         strict_variables=_var_names(var),
     )
     if output == "json":
-        console.print_json(report.model_dump_json())
+        typer.echo(report.model_dump_json(indent=2))
     elif report.valid:
         console.print(f"[green]✓ valid[/]: {report.title}")
     else:
@@ -196,44 +206,6 @@ def validate(
     if output != "json":
         _print_warnings(report.warnings)
     raise typer.Exit(0 if report.valid else 2)
-
-
-class _Progress:
-    """Live progress of a run: phases, activities, gate samples."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.status: Any = None
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        if self.quiet:
-            return
-        kind = event.get("event")
-        if kind == "phase":
-            console.print(f"[bold cyan]▶ {event['phase']}[/]")
-        elif kind == "activity_start" and self.status is not None:
-            self.status.update(f"{event['section']}: {event['name']} …")
-        elif kind == "activity":
-            run = event["run"]
-            mark = {"succeeded": "[green]✓[/]", "skipped": "[dim]-[/]"}.get(run["status"], "[red]✗[/]")
-            err = f"  [red]{run['exception']}[/]" if run.get("exception") else ""
-            console.print(
-                f"  {mark} {event['section']:<18} {run['activity'].get('name')}"
-                f"  [dim]{run['duration']:.3f}s[/]{err}"
-            )
-        elif kind == "hypothesis":
-            met = event["state"]["steady_state_met"]
-            label = {True: "[green]met[/]", False: "[red]NOT met[/]", None: "[dim]not checked[/]"}[met]
-            console.print(f"  steady state ({event['when']}): {label}")
-        elif kind == "gate_sample":
-            s = event["sample"]
-            if s.get("breaching"):
-                console.print(f"  [yellow]gate {s.get('gate')}: {s.get('sli')}={s.get('value')} breaching[/]")
-        elif kind == "gate_breach":
-            console.print(f"  [bold red]gate breached[/]: {event['breach']}")
-        elif kind == "revert":
-            r = event["revert"]
-            console.print(f"  {'[green]↺[/]' if r['ok'] else '[red]✗ revert failed[/]'} {r['label']}")
 
 
 def run(
@@ -250,7 +222,11 @@ def run(
         Path | None, typer.Option("--journal", help="also write the journal JSON here")
     ] = None,
     output: Annotated[RunOutput, typer.Option("--output", "-o")] = RunOutput.text,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress, only the result")] = False,
+    events: Annotated[
+        EventsFormat | None,
+        typer.Option("--events", help="stream every event on stdout, one JSON object per line, for tools"),
+    ] = None,
     rollback_strategy: RollbackOpt = None,
     hypothesis_strategy: HypothesisOpt = None,
     hypothesis_frequency: FrequencyOpt = None,
@@ -268,12 +244,17 @@ def run(
     from faultplane.services.runs import get_journal, recover
 
     st = _use_store(store)
+    from faultplane.core.store import write_queue_after_exit
+
+    write_queue_after_exit()
     for rec in recover(st):
         err_console.print(
             f"[yellow]found interrupted run {rec['run_id']} ({rec['title']}, started "
-            f"{rec['started']}): marked interrupted[/]"
+            f"{timestamp(rec['started'])}): marked interrupted[/]"
         )
-    progress = _Progress(quiet or output != "text")
+    progress: RunProgress | JsonlEvents = (
+        JsonlEvents() if events is not None else RunProgress(quiet or output != "text")
+    )
     try:
         variables = _variables(var, var_file)
         options: dict[str, Any] = {
@@ -289,11 +270,13 @@ def run(
                     dry_run=dry_run,
                     variables=variables,
                     store=st,
+                    on_event=progress if events is not None else None,
                     policy_path=policy,
                     approval_token=approval,
                     handle_signals=True,
                     **options,
                 )
+            assert isinstance(progress, RunProgress)  # the JSON-lines stream is quiet: handled above
             with console.status("starting …") as status:
                 progress.status = status
                 return await run_experiment(
@@ -319,14 +302,16 @@ def run(
         write_ctk_journal(load_journal(result.run_id, st), journal)
     elif journal is not None:
         journal.write_text(get_journal(result.run_id, "json", st), encoding="utf-8")
-    if output == "json":
-        console.print_json(result.model_dump_json())
+    if events is not None:
+        progress({"event": "result", "result": result.model_dump(mode="json")})
+    elif output == "json":
+        typer.echo(result.model_dump_json(indent=2))
     elif output == "toon":
         from faultplane.services.experiments import journal_toon
 
         console.print(journal_toon(result.run_id, st), markup=False, highlight=False)
     else:
-        _print_summary(result)
+        print_summary(result)
         for w in result.warnings:
             err_console.print(f"  [yellow]![/] {w}", highlight=False, markup=False)
     _exit(result.exit_code)
@@ -340,29 +325,6 @@ def _exit(code: int) -> None:
         sys.stderr.flush()
         os._exit(code)
     raise typer.Exit(code)
-
-
-def _print_summary(result: Any) -> None:
-    colour = {
-        "completed": "green",
-        "deviated": "yellow",
-        "failed": "red",
-        "aborted": "red",
-        "refused": "red",
-        "interrupted": "yellow",
-    }.get(result.status, "white")
-    table = Table(title=f"run {result.run_id}", show_header=False, title_justify="left")
-    table.add_row("experiment", result.experiment_title)
-    table.add_row("status", f"[{colour}]{result.status}[/]")
-    table.add_row(
-        "steady state before / after", f"{result.steady_state_before} / {result.steady_state_after}"
-    )
-    table.add_row("duration", f"{result.duration_seconds:.2f}s")
-    table.add_row("verdict", result.verdict or "")
-    if result.error:
-        table.add_row("error", f"[red]{result.error}[/]")
-    table.add_row("journal", f"faultplane journal show {result.run_id}")
-    console.print(table)
 
 
 journal_app = typer.Typer(help="Read run journals.", no_args_is_help=True)
@@ -398,9 +360,10 @@ def journal_show(
         f"{c['duration_seconds']}s  seed {c['seed']}"
     )
     console.print(c["verdict"] or "")
-    table = Table("section", "activity", "type", "status", "seconds", "error")
+    table = Table("at s", "section", "activity", "type", "status", "seconds", "error")
     for a in c["activities"]:
-        table.add_row(a["section"], a["name"], a["type"], a["status"], f"{a['seconds']:.3f}", a["error"])
+        at = "" if a.get("at_s") is None else f"{a['at_s']:.3f}"
+        table.add_row(at, a["section"], a["name"], a["type"], a["status"], f"{a['seconds']:.3f}", a["error"])
     console.print(table)
     if c["gate_breach"]:
         console.print(f"[red]gate breach[/]: {c['gate_breach']}")
@@ -452,6 +415,7 @@ def runs_list(
         print(dumps(rows, "json" if fmt == TableFormat.json else "toon"))
         return
     table = Table("run", "experiment", "status", "before", "after", "started", "seconds")
+    table.columns[0].min_width = 16  # a run id is only useful whole
     for r in rows:
         table.add_row(
             r["run_id"],
@@ -459,7 +423,7 @@ def runs_list(
             r["status"],
             str(r["steady_state_before"]),
             str(r["steady_state_after"]),
-            str(r["started_at"])[:19],
+            timestamp(r["started_at"]),
             f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "",
         )
     console.print(table)
@@ -533,3 +497,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(journal_app, name="journal")
     app.add_typer(runs_app, name="runs")
     app.add_typer(experiments_app, name="experiments")
+
+
+# the names the demo and older callers used
+_Progress = RunProgress
+_print_summary = print_summary

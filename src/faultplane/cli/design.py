@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from faultplane.cli.gameday import emit, print_issues
-from faultplane.core.formats import ExperimentError
+from faultplane.cli.term import Console, Table
+from faultplane.core.errors import ExperimentError
 
 console = Console()
 err_console = Console(stderr=True)

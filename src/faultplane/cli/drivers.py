@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import asdict
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from faultplane.cli.term import Console, Table
 
 app = typer.Typer(
     help="Fault drivers: activities, the standalone TCP fault proxy, fault leases.", no_args_is_help=True
@@ -97,6 +96,8 @@ def proxy_cmd(
     except json.JSONDecodeError as exc:
         typer.echo(f"error: --toxic is not JSON: {exc}", err=True)
         raise typer.Exit(2) from None
+    import asyncio
+
     try:
         asyncio.run(
             run_standalone(

@@ -6,12 +6,10 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from faultplane.core.formats import ExperimentError, dumps
+from faultplane.cli.term import Console, Table, timestamp
+from faultplane.core.errors import ExperimentError
 
 app = typer.Typer(
     help="GameDays: campaigns of experiments in lanes (ordered or parallel), under one shared load, scored "
@@ -54,6 +52,8 @@ def emit(data: Any, output: str) -> bool:
         raise typer.Exit(2)
     if output == "text":
         return False
+    from faultplane.core.formats import dumps
+
     payload = data.model_dump(mode="json") if hasattr(data, "model_dump") else data
     typer.echo(json.dumps(payload, indent=2, default=str) if output == "json" else dumps(payload, "toon"))
     return True
@@ -128,6 +128,8 @@ def run(
         if not quiet:
             console.print(f"  {r.lane}[{r.position}] {Path(r.experiment).name}: {r.status}")
 
+    import anyio
+
     try:
         values = variables(var, var_file)
         analysis = anyio.run(
@@ -184,8 +186,51 @@ def list_(store: StoreOpt = None, output: OutputOpt = "text") -> None:
         table.add_row(
             r["gameday_id"],
             r["name"],
-            str(r["started_at"])[:19],
+            timestamp(r["started_at"]),
             f"{r['score']:.1f}" if r["score"] is not None else "",
             r["grade"] or "",
         )
     console.print(table)
+
+
+@app.command()
+def templates(output: OutputOpt = "text") -> None:
+    """The GameDay templates Faultplane ships, with the compliance requirements each evidences."""
+    from faultplane.services.gameday_templates import list_templates
+
+    found = list_templates()
+    rows = [
+        {"name": t.name, "title": t.title, "requirements": t.requirements, "description": t.description}
+        for t in found
+    ]
+    if emit({"templates": rows}, output):
+        return
+    table = Table("template", "gameday", "requirements")
+    for t in found:
+        table.add_row(t.name, t.title, ", ".join(t.requirements))
+    console.print(table)
+    console.print("copy one with: faultplane gameday new --template NAME [DIRECTORY]", highlight=False)
+
+
+@app.command()
+def new(
+    template: Annotated[str, typer.Option("--template", "-t", help="a template name (`gameday templates`)")],
+    directory: Annotated[
+        Path | None, typer.Argument(help="where to write it (default: ./gameday-TEMPLATE)")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="overwrite files of the same name")] = False,
+) -> None:
+    """Start a GameDay from a shipped template: the GameDay file and its experiments, ready to run."""
+    from faultplane.services.gameday_templates import new_from_template
+
+    try:
+        written = new_from_template(template, directory, force=force)
+    except (LookupError, FileExistsError) as exc:
+        err_console.print(f"[red]{exc.args[0]}[/]", highlight=False)
+        raise typer.Exit(2) from None
+    for path in written:
+        console.print(f"[green]created[/] {path}", highlight=False)
+    console.print(
+        f"next: faultplane gameday run {written[0].parent / 'gameday.yaml'}", highlight=False, markup=False
+    )
+    console.print("      (its header says which service to start and which --var to pass)", highlight=False)

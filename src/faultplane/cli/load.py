@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import signal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from faultplane.core.formats import ExperimentError
+from faultplane.cli.term import Console, Table, real_console
+from faultplane.core.errors import ExperimentError
+
+if TYPE_CHECKING:
+    from rich.table import Table as RichTable
 
 console = Console()
 err_console = Console(stderr=True)
@@ -29,7 +28,7 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _live_table(rows: list[dict[str, Any]]) -> Table:
+def _live_table(rows: list[dict[str, Any]]) -> RichTable:
     t = Table(title="per second", title_justify="left", expand=False)
     for col in ("t (s)", "sent", "ok", "errors", "p50 ms", "p95 ms", "p99 ms", "in flight"):
         t.add_column(col, justify="right")
@@ -48,7 +47,7 @@ def _live_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def summary_table(s: dict[str, Any]) -> Table:
+def summary_table(s: dict[str, Any]) -> RichTable:
     """The final summary: totals, HDR percentiles, error rate, throughput, errors by kind."""
     t = Table(title="load summary", title_justify="left", show_header=False)
     t.add_column("figure")
@@ -123,6 +122,11 @@ def load(
         headers[name.strip()] = value.strip()
     spec_in["headers"] = headers
 
+    import anyio
+    from rich.console import Group
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     from faultplane.engine.load import LoadGenerator, parse_load_spec
 
     try:
@@ -168,7 +172,9 @@ def load(
             if as_json:
                 await gen.run()
             else:
-                with Live(Group(progress, _live_table(rows)), console=console, refresh_per_second=4) as live:
+                with Live(
+                    Group(progress, _live_table(rows)), console=real_console(console), refresh_per_second=4
+                ) as live:
                     tg.start_soon(show, live)
                     await gen.run()
                     progress.update(task, completed=gen.elapsed())

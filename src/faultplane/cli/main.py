@@ -1,79 +1,230 @@
-"""The `faultplane` command. Each area contributes a typer sub-app from its own module in this package."""
+"""The `faultplane` command. Each area contributes its commands from its own module in this package.
+
+Modules are loaded on demand: `faultplane run` imports the core commands only, and `faultplane --help` lists
+every command from the table below without importing any of them (each costs imports, and building every
+command's options costs ~30 ms more). tests/test_cli_startup.py checks that the table matches what the
+modules register.
+"""
 
 from __future__ import annotations
 
+import difflib
 import importlib
-import importlib.util
+import os
 import sys
+from typing import Any
 
 import typer
+from typer._click.utils import make_default_short_help
+from typer.core import TyperGroup
+
+# command -> (module that provides it, its one-line help as the module gives it). A module provides its
+# commands either as `app` (a typer.Typer mounted under the command's name) or through `register(app)`,
+# which adds top-level commands.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "approve": (
+        "faultplane.cli.core",
+        "Approve one exact version of an experiment (alias of `guard approve`).",
+    ),
+    "validate": (
+        "faultplane.cli.core",
+        "Validate an experiment (schema, variables, policy) without running anything.",
+    ),
+    "run": ("faultplane.cli.core", "Run an experiment."),
+    "schema": ("faultplane.cli.core", "Print the JSON Schema of experiments or journals."),
+    "abort": (
+        "faultplane.cli.core",
+        "Stop running experiments (they roll back) and, with --all, revert every active fault.",
+    ),
+    "demo": (
+        "faultplane.cli.core",
+        "Start a small HTTP service on loopback, run the bundled latency experiment against it, stop it.",
+    ),
+    "journal": ("faultplane.cli.core", "Read run journals."),
+    "runs": ("faultplane.cli.core", "List and manage runs."),
+    "experiments": (
+        "faultplane.cli.core",
+        "Named experiments (./experiments, $FAULTPLANE_EXPERIMENTS, bundled).",
+    ),
+    "init": (
+        "faultplane.cli.init",
+        "Start a project: policy with a lab inventory, a first experiment, the coding-agent hook, chaos rules.",
+    ),
+    "design": (
+        "faultplane.cli.design",
+        "Design escalating experiments (SLO gates, blast radius, rollbacks) that pass the policy; no LLM.",
+    ),
+    "search": (
+        "faultplane.cli.search",
+        "Search fault parameters for the combination that takes an SLO just past its bound.",
+    ),
+    "report": (
+        "faultplane.cli.report",
+        "Reports: a run's HTML report (`report RUN_ID`), a signed post-exercise report, and its check.",
+    ),
+    "load": (
+        "faultplane.cli.load",
+        "Send HTTP requests at a constant arrival rate and measure them without coordinated omission.",
+    ),
+    "plane": (
+        "faultplane.cli.plane",
+        "Tool-call-plane chaos: inject MCP faults (offline or via a proxy) and measure what agents feel.",
+    ),
+    "mcp": (
+        "faultplane.cli.mcp",
+        "Serve every Faultplane capability to agents over MCP (stdio, or streamable HTTP).",
+    ),
+    "guard": (
+        "faultplane.cli.guard",
+        "Guardrails: check an experiment against the policy, approve it, and gate a coding agent's tool calls.",
+    ),
+    "drivers": (
+        "faultplane.cli.drivers",
+        "Fault drivers: activities, the standalone TCP fault proxy, fault leases.",
+    ),
+    "analyze": (
+        "faultplane.cli.analyze",
+        "The evidence of past runs: scorecards, trends, anomalies, estimate vs actual, SQL, exports, baselines.",
+    ),
+    "gameday": (
+        "faultplane.cli.gameday",
+        "GameDays: campaigns of experiments in lanes (ordered or parallel), under one shared load, scored by "
+        "pass rate, recovery, load impact and compliance coverage (formula: docs/gamedays.md).",
+    ),
+    "dora": (
+        "faultplane.cli.dora",
+        "DORA Four Keys from CI/CD (deployments, incidents) beside what chaos experiments showed.",
+    ),
+    "approvals": (
+        "faultplane.cli.approvals",
+        "Approver keys: create one (kept outside the project, under a passphrase), sign, verify.",
+    ),
+    "compliance": (
+        "faultplane.cli.compliance",
+        "Compliance evidence: which framework requirements your experiments cover.",
+    ),
+}
+
+
+def load_module_commands(module: str) -> dict[str, Any]:
+    """The click commands one module provides, by name (imports the module)."""
+    sub = importlib.import_module(module)
+    holder = typer.Typer(add_completion=False)
+    if isinstance(getattr(sub, "app", None), typer.Typer):
+        name = next(n for n, (m, _) in COMMANDS.items() if m == module)
+        holder.add_typer(sub.app, name=name)
+    else:
+        sub.register(holder)
+    # a callback keeps the holder a group even when it holds a single command
+    holder.callback()(lambda: None)
+    group = typer.main.get_group(holder)
+    for cmd in group.commands.values():
+        _plain_help(cmd)
+    return dict(group.commands)
+
+
+def _plain_help(cmd: Any) -> None:
+    """One help style for every command: the root's plain one (see `app` below)."""
+    cmd.rich_markup_mode = None
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_help(sub)
+
+
+class _LazyGroup(TyperGroup):
+    """Commands load with their module the first time they are asked for."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*COMMANDS, *(n for n in self.commands if n not in COMMANDS)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            for name, cmd in load_module_commands(COMMANDS[cmd_name][0]).items():
+                self.commands.setdefault(name, cmd)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return self._click_resolve_command(ctx, args)
+        except typer._click.exceptions.UsageError as exc:
+            matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches:
+                exc.message = (
+                    exc.message.rstrip(".") + ". Did you mean " + ", ".join(map(repr, matches)) + "?"
+                )
+            raise
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, make_default_short_help(help_, limit)) for name, (_, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="faultplane",
+    cls=_LazyGroup,
     help="Chaos engineering with guardrails: run experiments, inject real faults, read the evidence.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-)
-
-# sub-command name -> module that defines `app` (a typer.Typer). Modules not present are skipped.
-_SUBAPPS = {
-    "plane": "faultplane.cli.plane",
-    "mcp": "faultplane.cli.mcp",
-    "guard": "faultplane.cli.guard",
-    "drivers": "faultplane.cli.drivers",
-    "analyze": "faultplane.cli.analyze",
-    "gameday": "faultplane.cli.gameday",
-    "compliance": "faultplane.cli.compliance",
-    "approvals": "faultplane.cli.approvals",
-}
-# modules that add top-level commands to `app` through a `register(app)` function.
-_COMMAND_MODULES = (
-    "faultplane.cli.core",
-    "faultplane.cli.design",
-    "faultplane.cli.search",
-    "faultplane.cli.report",
-    # a command, not a sub-app: mounted alone it would be the app's only command, which typer collapses into
-    # the root (`faultplane load URL` would read `load` as the URL)
-    "faultplane.cli.load",
+    # click's plain help: rich's help renderer costs ~80 ms of imports on every `--help`, and the plain one
+    # wraps to the terminal's width just as well
+    rich_markup_mode=None,
 )
 
 
-# top-level commands of faultplane.cli.core: invoking one of these mounts that module alone
-_CORE_COMMANDS = {"approve", "validate", "run", "schema", "abort", "demo", "journal", "runs", "experiments"}
+def _version(value: bool) -> None:
+    if value:
+        from faultplane import __version__
+
+        typer.echo(f"faultplane {__version__}")
+        raise typer.Exit()
 
 
-def _wanted(argv: list[str]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """Only the module behind the invoked command, so `faultplane run` does not import every other area's
-    CLI and its dependencies at start-up; help, or anything not recognised here, mounts everything."""
-    command = argv[1] if len(argv) > 1 else ""
-    if command in _SUBAPPS:
-        return {command: _SUBAPPS[command]}, ()
-    if command in _CORE_COMMANDS:
-        return {}, ("faultplane.cli.core",)
-    return _SUBAPPS, _COMMAND_MODULES
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", help="Print the version and exit.", callback=_version, is_eager=True
+    ),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of an unexpected error (also FAULTPLANE_DEBUG=1)."
+    ),
+) -> None:
+    """Chaos engineering with guardrails: run experiments, inject real faults, read the evidence."""
 
 
-def _mount(argv: list[str] | None = None) -> None:
-    subapps, command_modules = _wanted(sys.argv if argv is None else argv)
-    for name, module in subapps.items():
-        if importlib.util.find_spec(module) is None:
-            continue
-        sub = importlib.import_module(module)
-        if isinstance(getattr(sub, "app", None), typer.Typer):
-            app.add_typer(sub.app, name=name)
-        elif hasattr(sub, "register"):
-            sub.register(app)
-    for module in command_modules:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module).register(app)
+# exit code of an error no command anticipated; 0-3 and 130 are the commands' own (README, "Exit codes")
+INTERNAL_ERROR = 4
 
 
-_mount()
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or "(no message)"
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text += f": {exc.filename}"
+    return f"{type(exc).__name__}: {text}"
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI. An error no command handled is one line on stderr (exit 4); `--debug` anywhere on the
+    command line, or FAULTPLANE_DEBUG=1, shows its traceback instead."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("FAULTPLANE_DEBUG", "") not in ("", "0")
+    if "--debug" in args:
+        args = [a for a in args if a != "--debug"]
+        debug = True
+    try:
+        app(args=args, prog_name="faultplane")
+    except KeyboardInterrupt:
+        sys.stderr.write("faultplane: interrupted\n")
+        raise SystemExit(130) from None
+    except Exception as exc:
+        if debug:
+            raise
+        sys.stderr.write(
+            f"faultplane: {_one_line(exc)}\n  run again with --debug for the traceback; if the cause is not "
+            "yours, report it with that traceback\n"
+        )
+        raise SystemExit(INTERNAL_ERROR) from None
 
 
 if __name__ == "__main__":

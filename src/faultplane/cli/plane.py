@@ -154,7 +154,9 @@ def simulate(
     plan: Path = typer.Option(..., "--plan", "-p", help="fault plan file"),
     tasks: int = typer.Option(1000, min=1, max=1_000_000),
     fanout: int = typer.Option(8, min=1, max=256),
-    patterns: str = typer.Option("none", help="comma list of retry,degradation,breaker,routing, or all/none"),
+    patterns: str = typer.Option(
+        "none", help="comma list of retry,degradation,breaker,routing,idempotency, or all/none"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run a plan through the offline simulator and print the plane metrics."""
@@ -250,6 +252,12 @@ def report(
     _print_metrics(
         m, False, title=f"plane session {sess['session_id']} ({sess['driver']} -> {sess['target']})"
     )
+    if out.get("advice"):
+        typer.echo("\nWhat to do about each failure mode met:")
+        for a in out["advice"]:
+            typer.echo(f"  - {a['sentence']}")
+    for note in out.get("notes", []):
+        typer.echo(f"\n{note}")
 
 
 @proxy_app.command(

@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from faultplane.cli.gameday import emit, err_console, print_issues, variables
-from faultplane.core.formats import ExperimentError
+from faultplane.cli.term import Console, Table
+from faultplane.core.errors import ExperimentError
 
 console = Console()
 
@@ -54,6 +52,8 @@ def search(
         if not quiet:
             mark = "BREACH" if t.breached else "holds"
             console.print(f"  trial {t.trial}: {t.params} -> {t.measured} {mark} ({t.run_status})")
+
+    import anyio
 
     try:
         s = with_overrides(

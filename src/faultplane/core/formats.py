@@ -11,6 +11,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from faultplane.core.errors import ExperimentError
+
 __all__ = [
     "ExperimentError",
     "Format",
@@ -34,14 +36,6 @@ class ValidationIssue(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message} (fix: {self.fix})"
-
-
-class ExperimentError(ValueError):
-    """Invalid input, with every problem found (not just the first)."""
-
-    def __init__(self, issues: list[ValidationIssue]) -> None:
-        self.issues = issues
-        super().__init__("; ".join(str(i) for i in issues))
 
 
 def detect_format(text: str, filename: str | None = None) -> Format:

@@ -46,6 +46,7 @@ from faultplane.engine.tolerance import within_tolerance
 
 __all__ = [
     "EXIT_CODES",
+    "EXIT_ROLLBACK_FAILED",
     "Plan",
     "abort_run",
     "active_runs",
@@ -66,7 +67,20 @@ EXIT_CODES = {"completed": 0, "deviated": 1, "failed": 1, "aborted": 3, "refused
 EventHandler = Callable[[dict[str, Any]], None]
 
 
+# a rollback or a driver's revert failed: the system may still be under the fault, whatever else happened
+EXIT_ROLLBACK_FAILED = 5
+
+
+def rollback_failed(journal: Journal) -> bool:
+    """Did a rollback activity or a registered revert fail in this run?"""
+    return any(r.status in ("failed", "timeout") for r in journal.rollbacks) or any(
+        not r.get("ok", True) for r in journal.reverts
+    )
+
+
 def exit_code(journal: Journal) -> int:
+    if journal.status != "refused" and rollback_failed(journal):
+        return EXIT_ROLLBACK_FAILED
     if journal.status == "completed":
         after = (journal.steady_states.get("after") or {}).get("steady_state_met")
         return 0 if after in (None, True) else 1
@@ -307,7 +321,13 @@ class _Runner:
         activity = self.exp.resolve(item)
         if self.writer.on_event is not None:
             self.writer.notify(
-                {"event": "activity_start", "section": section, "name": activity.name, "type": activity.type}
+                {
+                    "event": "activity_start",
+                    "section": section,
+                    "name": activity.name,
+                    "type": activity.type,
+                    "pauses": activity.pauses.model_dump(exclude_none=True) if activity.pauses else None,
+                }
             )
         if self.controls.enabled:
             self.controls.apply("activity", "before", self._activity_dict(activity))
@@ -680,11 +700,20 @@ class _Runner:
         else:
             status = "completed"
         deviated = st.after_met is False or st.during_failed
+        rolled_back_badly = any(e.startswith(("rollback ", "revert ")) for e in st.error)
+        before_rollback = status
+        if rolled_back_badly and status in ("completed", "deviated"):
+            status = "failed"  # a run that may have left its fault behind did not complete
         if st.abort_reason and status == "aborted":
             st.error.insert(0, f"aborted: {st.abort_reason}")
         elif st.abort_reason and status == "interrupted":
             st.error.insert(0, f"interrupted: {st.abort_reason}")
-        verdict = _verdict(status, st, self.dry_run)
+        verdict = _verdict(before_rollback, st, self.dry_run)
+        if rolled_back_badly:
+            verdict = (
+                "rollback failed: the system may still be under the fault; check it and revert by hand "
+                f"(`faultplane drivers leases list` shows what is held). Before that: {verdict}"
+            )
         advice = self._advice(status)
         if advice:
             verdict += ". " + " ".join(advice)  # two sentences, not one run-on

@@ -43,14 +43,14 @@ def demo_service(port: int = 0) -> Iterator[str]:
 
 
 def run_demo(console: Console, port: int = 0) -> int:
-    from faultplane.cli.core import _print_summary, _Progress
+    from faultplane.cli.progress import RunProgress, print_summary
     from faultplane.services.experiments import compact_journal, run_experiment
     from faultplane.services.runs import load_journal
 
     console.print(f"[bold]Faultplane demo[/]: {EXPERIMENT.name}")
     with demo_service(port) as url:
         console.print(f"demo service listening on {url} (a real HTTP server on loopback)")
-        progress = _Progress(quiet=False)
+        progress = RunProgress(quiet=False)
 
         async def go() -> Any:
             with console.status("running …") as status:
@@ -60,7 +60,7 @@ def run_demo(console: Console, port: int = 0) -> int:
                 )
 
         result = anyio.run(go)
-    _print_summary(result)
+    print_summary(result)
     journal = compact_journal(load_journal(result.run_id))
     outputs = _probe_outputs(load_journal(result.run_id))
     table = Table(

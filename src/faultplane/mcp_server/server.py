@@ -500,6 +500,9 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     from faultplane.mcp_server.tools_campaigns import register as register_campaigns
 
     register_campaigns(server, cfg)
+    from faultplane.mcp_server.tools_dora import register as register_dora
+
+    register_dora(server, cfg)
 
     async def refused_inject(arguments: Any, message: str) -> CallToolResult:
         await anyio.to_thread.run_sync(

@@ -165,7 +165,6 @@ def register(server: Any, cfg: Any = None) -> None:
         """Design a staged set of experiments from the driver catalog: escalating faults, SLO gates with a
         window, blast radius at the stage the policy allows, rollbacks. Deterministic; each passes the
         policy. Refine the configuration variables, then run with chaos_run_experiment (inline YAML)."""
-        import yaml
 
         from faultplane.services.design import design_experiments
 
@@ -193,7 +192,7 @@ def register(server: Any, cfg: Any = None) -> None:
                 "action": d.action,
                 "parameters": d.parameters,
                 "blast_stage": d.blast_stage,
-                "experiment_yaml": yaml.safe_dump(d.experiment, sort_keys=False),
+                "experiment_yaml": dumps(d.experiment, "yaml"),
             }
 
         return DesignOutput(

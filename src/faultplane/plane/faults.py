@@ -29,6 +29,7 @@ from faultplane.plane.plan import (
     DuplicateResponseFault,
     ErrorInjectionFault,
     FaultPlan,
+    HeadOfLineFault,
     LatencyFault,
     PartialResultFault,
     RegistryInconsistencyFault,
@@ -113,6 +114,10 @@ class Decision:
     mutators: list[Any] = field(default_factory=list)
     duplicate: bool = False
     hold_s: float | None = None
+    # head-of-line blocking: the calls queued behind this one on its session wait this long too
+    block_s: float = 0.0
+    # a stale-route fault covers this tool: its real answers are kept, for a later stale answer
+    watch_answers: bool = False
     events: list[FaultEvent] = field(default_factory=list)
     # Events of faults that act on the answer. Whether they change anything is known only when the answer
     # arrives (a drift of a field the result lacks changes nothing), so they are not injected yet.
@@ -166,6 +171,8 @@ class FaultEngine:
         self._ordinals: dict[str, int] = {}
         self._last_call: dict[str, float] = {}
         self._scope_cache: dict[tuple[str, str | None], list[tuple[int, Any]]] = {}
+        # the last answer the server gave each tool: what a stale route answers with instead
+        self._earlier: dict[str, dict[str, Any]] = {}
         self._selftest = os.environ.get(SELFTEST_ENV) or None
         self._selftest_response = os.environ.get(SELFTEST_RESPONSE_ENV) or None
 
@@ -208,6 +215,8 @@ class FaultEngine:
             last = None
 
         for index, fault in self._scoped(method, tool):
+            if isinstance(fault, RegistryInconsistencyFault) and fault.mode == "stale_route":
+                d.watch_answers = True
             if isinstance(fault, ColdToolFault):
                 if tool is None:
                     continue
@@ -231,7 +240,7 @@ class FaultEngine:
                     dropped.add(id(d.timeout_event))
                     d.timeout_event = None
             d.events = [e for e in d.events if id(e) not in dropped]
-        if not d.events:
+        if not d.events and not d.watch_answers:
             return None
         return d
 
@@ -278,8 +287,15 @@ class FaultEngine:
                 else:
                     d.reply = error_reply(rid, fault.code, fault.message)
                 d.events.append(self._event(fault, d, f"code={fault.code}"))
+        elif isinstance(fault, HeadOfLineFault):
+            d.delay_s += fault.added_ms / 1000.0
+            d.block_s = max(d.block_s, fault.added_ms / 1000.0)
+            d.events.append(self._event(fault, d, f"blocks_ms={fault.added_ms:g}"))
         elif isinstance(fault, RegistryInconsistencyFault):
-            if fault.mode == "listed_but_broken":
+            if fault.mode == "stale_route":
+                d.mutators.append(fault)
+                self._defer(d, fault, self._event(fault, d, "stale_route"))
+            elif fault.mode == "listed_but_broken":
                 if d.reply is None:
                     d.reply = error_reply(rid, -32602, f"Unknown tool: {d.tool}")
                     d.events.append(self._event(fault, d, "listed_but_broken"))
@@ -329,11 +345,19 @@ class FaultEngine:
         """The response as the client should see it; None when it is unchanged."""
         return self._mutate(msg, decision)[0]
 
-    @staticmethod
-    def _mutate(msg: dict[str, Any], decision: Decision) -> tuple[dict[str, Any] | None, list[Any]]:
+    def _mutate(self, msg: dict[str, Any], decision: Decision) -> tuple[dict[str, Any] | None, list[Any]]:
+        result = msg.get("result")
+        earlier = self._earlier.get(decision.tool) if decision.tool is not None else None
+        if (
+            decision.watch_answers
+            and decision.tool is not None
+            and isinstance(result, dict)
+            and result.get("isError") is not True
+            and (len(self._earlier) < 1000 or decision.tool in self._earlier)  # tool names come from clients
+        ):
+            self._earlier[decision.tool] = result  # replaced, never mutated: copies are taken below
         if not decision.mutators:
             return None, []
-        result = msg.get("result")
         if not isinstance(result, dict):
             return None, []  # errors carry no payload to corrupt
         out = copy.deepcopy(msg)
@@ -341,7 +365,11 @@ class FaultEngine:
         changed = []
         for fault in decision.mutators:
             hit = False
-            if isinstance(fault, RegistryInconsistencyFault):
+            if isinstance(fault, RegistryInconsistencyFault) and fault.mode == "stale_route":
+                if earlier is not None and earlier != result:
+                    out["result"] = res = copy.deepcopy(earlier)
+                    hit = True
+            elif isinstance(fault, RegistryInconsistencyFault):
                 hit = _hide_tools(res, fault.tools)
             elif isinstance(fault, SchemaDriftFault):
                 hit = _drift_result(res, fault)
@@ -420,6 +448,13 @@ def _walk(doc: Any, path: str) -> tuple[Any, str] | None:
 
 
 def _drift_doc(doc: Any, fault: SchemaDriftFault) -> bool:
+    if fault.default_drift:
+        if not isinstance(doc, dict) or not doc:
+            return False
+        renamed = {f"{k}_v2": v for k, v in doc.items()}
+        doc.clear()
+        doc.update(renamed)
+        return True
     changed = False
     for old, new in fault.rename.items():
         hit = _walk(doc, old)

@@ -29,7 +29,7 @@ from faultplane.plane.metrics import CallRecord, outcome_of
 from faultplane.plane.plan import FaultPlan
 from faultplane.plane.recorder import Recorder
 
-__all__ = ["PASS", "ClientAction", "Interceptor", "ServerAction"]
+__all__ = ["DETECTED_METHOD", "PASS", "ClientAction", "Interceptor", "ServerAction"]
 
 log = logging.getLogger("faultplane.plane")
 
@@ -54,6 +54,9 @@ class ServerAction:
 
 
 PASS = ClientAction()
+_CONSUMED = ClientAction(forward=False)  # the plane's own notification: nothing to forward, nothing to answer
+# A client reports that it noticed a wrong answer by itself: {"requestId": <id of the call>, "reason": "..."}
+DETECTED_METHOD = "notifications/faultplane/detected"
 _PASS_SERVER = ServerAction()
 _SWALLOW = ServerAction(frames=[])
 
@@ -85,12 +88,16 @@ class Interceptor:
         self.recorder = recorder
         self._pending: dict[str, _Pending] = {}
         self._swallow: OrderedDict[str, None] = OrderedDict()
+        # head-of-line blocking: until when each session's connection is held by a stalled call
+        self._blocked_until: dict[str, float] = {}
         self.internal_errors = 0
+        self.detections = 0
 
     # --- client -> server ---------------------------------------------------------------------------------
 
-    def on_client_frame(self, raw: bytes | str, scope: str = "") -> ClientAction:
-        """`scope` keeps apart equal JSON-RPC ids from different exchanges (HTTP sessions reuse ids)."""
+    def on_client_frame(self, raw: bytes | str, scope: str = "", session: str | None = None) -> ClientAction:
+        """`scope` keeps apart equal JSON-RPC ids from different exchanges (HTTP sessions reuse ids);
+        `session` names the connection calls queue on (head-of-line blocking), by default `scope`."""
         try:
             msg = json.loads(raw)
         except ValueError:
@@ -103,6 +110,8 @@ class Interceptor:
         if "id" not in msg:
             if method == "notifications/cancelled":
                 self._client_gave_up(msg, scope)
+            elif method == DETECTED_METHOD:
+                return self._client_noticed(msg)
             return PASS
         rid = request_id_key(msg["id"])
         key = scope + rid
@@ -111,16 +120,31 @@ class Interceptor:
         except Exception as exc:
             return self._client_side_failure(msg, key, rid, exc)
         now = time.perf_counter()
+        queued = self._queued_behind(scope if session is None else session, now, decision)
         if decision is None:
             self._pending[key] = _Pending(rid, now, method, tool_of(msg), task_of(msg), None)
-            return PASS
+            return PASS if not queued else ClientAction(delay_s=queued)
         pending = _Pending(rid, now, method, decision.tool, task_of(msg), decision)
         self._inject(pending, decision.immediate_events)
+        delay_s = queued + decision.delay_s
         if decision.reply is not None:
-            self._record(pending, outcome_of(decision.reply), decision.delay_s * 1000.0)
-            return ClientAction(forward=False, delay_s=decision.delay_s, reply=encode(decision.reply))
+            self._record(pending, outcome_of(decision.reply), delay_s * 1000.0)
+            return ClientAction(forward=False, delay_s=delay_s, reply=encode(decision.reply))
         self._pending[key] = pending
-        return ClientAction(delay_s=decision.delay_s)
+        return ClientAction(delay_s=delay_s)
+
+    def _queued_behind(self, scope: str, now: float, decision: Decision | None) -> float:
+        """How long a request waits behind a stalled call on its session (head-of-line blocking); a call
+        that stalls holds the session from now until its own stall ends."""
+        if not self._blocked_until and (decision is None or not decision.block_s):
+            return 0.0
+        wait = max(0.0, self._blocked_until.get(scope, 0.0) - now)
+        if decision is not None and decision.block_s:
+            self._blocked_until[scope] = now + wait + decision.delay_s
+            if len(self._blocked_until) > 1000:  # sessions come and go; forget the ones no longer held
+                for s in [s for s, t in self._blocked_until.items() if t <= now]:
+                    del self._blocked_until[s]
+        return wait
 
     def _inject(self, pending: _Pending, events: list[FaultEvent]) -> None:
         """Faults that changed what the client sees: only these are recorded as injected."""
@@ -139,6 +163,18 @@ class Interceptor:
             rid, time.perf_counter(), msg["method"], tool_of(msg), task_of(msg), None
         )
         return PASS
+
+    def _client_noticed(self, msg: dict[str, Any]) -> ClientAction:
+        """The client says an answer was wrong and it noticed: recorded, never forwarded (the server would
+        not know the method)."""
+        params = msg.get("params")
+        if isinstance(params, dict) and "requestId" in params and self.recorder is not None:
+            reason = params.get("reason")
+            self.recorder.detected(
+                request_id_key(params["requestId"]), reason if isinstance(reason, str) else ""
+            )
+        self.detections += 1
+        return _CONSUMED
 
     def _client_gave_up(self, msg: dict[str, Any], scope: str) -> None:
         params = msg.get("params")

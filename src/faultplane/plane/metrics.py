@@ -30,6 +30,7 @@ class CallRecord:
     faults: list[str] = field(default_factory=list)
     corrupted: bool = False  # the plane changed the answer without saying so
     task_id: str | None = None
+    detected: bool = False  # the client reported noticing the answer was wrong (a safe failure, not silent)
 
     @property
     def available(self) -> bool:
@@ -43,6 +44,7 @@ class CallRecord:
 
     def as_row(self) -> dict[str, Any]:
         row = asdict(self)
+        del row["detected"]  # known later, from the client's report: kept in plane_detections
         row["faults"] = ",".join(self.faults)
         row["available"] = self.available
         row["correct"] = self.correct
@@ -197,7 +199,9 @@ def _tasks_from_calls(calls: list[CallRecord]) -> list[TaskRecord]:
         outcome: TaskOutcome
         if all(c.correct for c in finals):
             outcome = "succeeded"
-        elif any(c.available and c.corrupted for c in finals) and all(c.available for c in finals):
+        elif any(c.available and c.corrupted and not c.detected for c in finals) and all(
+            c.available for c in finals
+        ):
             outcome = "silent"
         else:
             outcome = "noticed"

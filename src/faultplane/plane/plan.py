@@ -30,6 +30,7 @@ __all__ = [
     "ErrorInjectionFault",
     "Fault",
     "FaultPlan",
+    "HeadOfLineFault",
     "LatencyFault",
     "PartialResultFault",
     "PlanError",
@@ -114,7 +115,9 @@ class TimeoutFault(_FaultBase):
 
 
 class SchemaDriftFault(_FaultBase):
-    """Rename, remove or retype fields of a tool result (structuredContent and JSON text blocks)."""
+    """Rename, remove or retype fields of a tool result (structuredContent and JSON text blocks). With none of
+    the three given, the drift is the commonest one in the wild: every top-level field is renamed with a
+    `_v2` suffix (`temp_c` -> `temp_c_v2`), so a client reading the old names finds none of them."""
 
     type: Literal["schema_drift"]
     rename: dict[str, str] = Field(default_factory=dict)
@@ -123,11 +126,9 @@ class SchemaDriftFault(_FaultBase):
         default_factory=dict
     )
 
-    @model_validator(mode="after")
-    def _something_to_do(self) -> SchemaDriftFault:
-        if not (self.rename or self.remove or self.retype):
-            raise ValueError("schema_drift needs at least one of rename, remove, retype")
-        return self
+    @property
+    def default_drift(self) -> bool:
+        return not (self.rename or self.remove or self.retype)
 
 
 class PartialResultFault(_FaultBase):
@@ -140,10 +141,13 @@ class PartialResultFault(_FaultBase):
 
 
 class RegistryInconsistencyFault(_FaultBase):
-    """`listed_but_broken`: the tool is advertised but calls fail. `missing_from_list`: it is hidden."""
+    """`listed_but_broken`: the tool is advertised but calls fail. `missing_from_list`: it is hidden.
+    `stale_route`: the call succeeds against the wrong thing, a route the registry should have dropped (an old
+    version of the tool, another tenant's server): the answer is well formed and wrong, an earlier answer of
+    the same tool to a different call. Availability stays green; only a correctness check notices."""
 
     type: Literal["registry_inconsistency"]
-    mode: Literal["listed_but_broken", "missing_from_list"] = "listed_but_broken"
+    mode: Literal["listed_but_broken", "missing_from_list", "stale_route"] = "listed_but_broken"
     methods: list[str] = Field(default_factory=lambda: ["tools/call", "tools/list"])
 
 
@@ -159,6 +163,14 @@ class DuplicateResponseFault(_FaultBase):
     """Deliver the same response twice."""
 
     type: Literal["duplicate_response"]
+
+
+class HeadOfLineFault(_FaultBase):
+    """Gateway head-of-line blocking: one call stalls for `added_ms` and holds its session's connection, so
+    every call queued behind it on the same session waits until the stall ends as well."""
+
+    type: Literal["head_of_line"]
+    added_ms: float = Field(gt=0)
 
 
 class ReorderFault(_FaultBase):
@@ -177,7 +189,8 @@ Fault = Annotated[
     | RegistryInconsistencyFault
     | ColdToolFault
     | DuplicateResponseFault
-    | ReorderFault,
+    | ReorderFault
+    | HeadOfLineFault,
     Field(discriminator="type"),
 ]
 
@@ -191,6 +204,7 @@ FAULT_TYPES = (
     "cold_tool",
     "duplicate_response",
     "reorder",
+    "head_of_line",
 )
 
 
@@ -244,6 +258,8 @@ def parse_plan(data: Any) -> FaultPlan:
                 msg = f"unknown or missing fault type; use one of: {', '.join(FAULT_TYPES)}"
             elif err["type"] == "extra_forbidden":
                 msg = "unknown field; remove it or check its spelling"
+            elif err["type"] == "value_error":
+                msg = str(err.get("ctx", {}).get("error", msg))  # without pydantic's "Value error, " prefix
             lines.append(f"{where}: {msg}")
         raise PlanError("invalid fault plan:\n  " + "\n  ".join(lines)) from None
 

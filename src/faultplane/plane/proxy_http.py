@@ -128,7 +128,8 @@ class _Relay:
         scope = f"x{next(self._exchanges)}:"
         key: str | None = None
         if body and request.method == "POST":
-            action = self.interceptor.on_client_frame(body, scope)
+            session = request.headers.get("mcp-session-id", "")
+            action = self.interceptor.on_client_frame(body, scope, session)
             key = self._key_of(body, scope)
             if action.delay_s > 0:
                 await anyio.sleep(action.delay_s)
@@ -138,7 +139,7 @@ class _Relay:
                     headers["mcp-session-id"] = sid
                 return Response(
                     action.reply or b"",
-                    status_code=200,
+                    status_code=200 if action.reply else 202,  # 202: a notification the plane consumed
                     media_type="application/json",
                     headers=headers,
                     background=BackgroundTask(self._tick),

@@ -68,7 +68,20 @@ PLANE_MIGRATIONS: list[tuple[str, list[str]]] = [
                 correct BOOLEAN
             )""",
         ],
-    )
+    ),
+    (
+        "plane-002",
+        [
+            # what a client reported noticing by itself (notifications/faultplane/detected): a wrong answer it
+            # caught is a safe failure, which the wire alone cannot tell from a silent one
+            """CREATE TABLE IF NOT EXISTS plane_detections (
+                session_id VARCHAR,
+                ts TIMESTAMPTZ,
+                request_id VARCHAR,
+                reason VARCHAR
+            )""",
+        ],
+    ),
 ]
 
 
@@ -113,6 +126,7 @@ class Recorder:
         self.enabled = enabled
         self._events: list[FaultEvent] = []
         self._calls: list[CallRecord] = []
+        self._detections: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._started = time.time()
@@ -131,6 +145,13 @@ class Recorder:
             self._calls.append(record)
             self.call_count += 1
 
+    def detected(self, request_id: str, reason: str) -> None:
+        """The client reported noticing something wrong with the answer to `request_id`."""
+        with self._lock:
+            if len(self._detections) < self.max_buffered:
+                row = {"session_id": self.session_id, "ts": _ts(time.time()), "request_id": request_id}
+                self._detections.append({**row, "reason": reason[:500]})
+
     def flush(self, *, final: bool = False) -> None:
         """Write what is buffered, from a worker thread. Never raises: a lost record beats a dead proxy.
 
@@ -144,7 +165,8 @@ class Recorder:
             with self._lock:
                 events, self._events = self._events, []
                 calls, self._calls = self._calls, []
-            if not (events or calls or final or not self._session_written):
+                detections, self._detections = self._detections, []
+            if not (events or calls or detections or final or not self._session_written):
                 return
             try:
                 store = plane_store(self.store_path)
@@ -169,12 +191,16 @@ class Recorder:
                 events = []  # written: a failure further down must not write them twice
                 store.insert("plane_calls", [self._call_row(c) for c in calls])
                 calls = []
+                store.insert("plane_detections", detections)
+                detections = []
                 if final:
                     store.execute(
                         "UPDATE plane_sessions SET ended_at = ? WHERE session_id = ?",
                         [_ts(time.time()), self.session_id],
                     )
             except Exception as exc:
+                with self._lock:
+                    self._detections[:0] = detections
                 self._keep(events, calls, exc, final)
 
     def _keep(self, events: list[FaultEvent], calls: list[CallRecord], exc: Exception, final: bool) -> None:
@@ -244,6 +270,14 @@ def load_session(
         )
         for r in store.query("SELECT * FROM plane_calls WHERE session_id = ? ORDER BY ts", [sid])
     ]
+    # a detection marks the newest call with its request id made before it (ids repeat across MCP sessions)
+    for d in store.query(
+        "SELECT ts, request_id FROM plane_detections WHERE session_id = ? ORDER BY ts", [sid]
+    ):
+        when = d["ts"].timestamp()
+        match = [c for c in calls if c.request_id == d["request_id"] and c.ts <= when + 1.0]
+        if match:
+            match[-1].detected = True
     n_events = store.query("SELECT count(*) AS n FROM plane_fault_events WHERE session_id = ?", [sid])[0]["n"]
     session["plan"] = json.loads(session["plan"]) if session.get("plan") else None
     return session, calls, int(n_events)

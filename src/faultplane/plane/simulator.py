@@ -44,6 +44,12 @@ class Workload:
     items_per_result: int = 6
     deadline_ms: float = 4000.0
     call_timeout_ms: float = 1000.0
+    # head-of-line blocking: how many calls sit queued behind a stalled one on the shared gateway connection
+    # (each waits out the stall); the simulator's own calls are sequential, so this is the queue it models
+    queued_behind: int = 2
+    # tools that change something: an attempt that reached the server acted, answered or not, so a retry
+    # after a lost answer acts again unless the tool honours an idempotency key (Patterns.idempotency)
+    mutating: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.tasks < 1 or self.fanout < 1:
@@ -58,16 +64,18 @@ class Patterns:
     degradation: bool = False
     breaker: bool = False
     routing: bool = False
+    idempotency: bool = False  # mutating tools take an idempotency key: a retried action acts once
 
     @property
     def label(self) -> str:
         on = [n for n, v in (("retry budget", self.retry), ("degradation", self.degradation),
-                             ("ETA breaker", self.breaker), ("deadline routing", self.routing)) if v]  # fmt: skip
+                             ("ETA breaker", self.breaker), ("deadline routing", self.routing),
+                             ("idempotency keys", self.idempotency)) if v]  # fmt: skip
         return " + ".join(on) if on else "no patterns"
 
     @property
     def any(self) -> bool:
-        return self.retry or self.degradation or self.breaker or self.routing
+        return self.retry or self.degradation or self.breaker or self.routing or self.idempotency
 
 
 @dataclass
@@ -78,6 +86,7 @@ class SimulationResult:
     metrics: PlaneMetrics
     calls: list[CallRecord]
     tasks: list[TaskRecord]
+    duplicate_actions: int = 0  # retries of a mutating tool that acted a second time
 
     def fingerprint(self) -> list[tuple[Any, ...]]:
         """Call-by-call outcomes, for determinism checks."""
@@ -93,6 +102,11 @@ class _Sim:
         self.engine = FaultEngine(plan, clock=lambda: self.now_ms / 1000.0)
         self.calls: list[CallRecord] = []
         self.next_id = 0
+        self.reached_server = 0  # attempts of the current call that the server acted on
+        self.duplicate_actions = 0
+        self.queue_stall_ms = 0.0  # head-of-line: the stall the next queued calls still wait out
+        self.queue_left = 0
+        self.hol_label = ""
         self.policy = self._policy()
 
     def _policy(self) -> ResiliencePolicy:
@@ -155,6 +169,17 @@ class _Sim:
         response: dict[str, Any] | None
         corrupted = False
         faults = [e.fault_name for e in d.immediate_events] if d else []
+        if self.queue_left > 0:  # queued behind a stalled call on the gateway connection
+            delay += self.queue_stall_ms
+            faults.append(self.hol_label)
+            self.queue_left -= 1
+        if d is not None and d.block_s > 0:
+            self.queue_stall_ms, self.queue_left = d.block_s * 1000.0, self.w.queued_behind
+            self.hol_label = next(
+                (e.fault_name for e in d.events if e.fault_type == "head_of_line"), "head_of_line"
+            )
+        if d is None or d.reply is None:
+            self.reached_server += 1  # the server did the work, whether or not its answer comes back
         if d is not None and d.reply is not None:
             response, latency = d.reply, delay + 1.0
         elif d is not None and d.drop_response:
@@ -239,15 +264,22 @@ class _Sim:
         # The same loop as resilience.call_with_resilience, on the virtual clock.
         attempts = 0
         corrupted = False
+        self.reached_server = 0
         while True:
             step = self.policy.next_attempt(tool, max(0.0, deadline - self.now_ms), attempts=attempts)
             if isinstance(step, PolicyOutcome):
+                self._count_duplicates(tool)
                 return step, False
             attempts += 1
             result, corrupted = self.invoke(step.route, step.timeout_ms, task_id)
             end = self.policy.settle(tool, step, result, attempts=attempts)
             if end is not None:
+                self._count_duplicates(tool)
                 return end, corrupted
+
+    def _count_duplicates(self, tool: str) -> None:
+        if tool in self.w.mutating and not self.p.idempotency and self.reached_server > 1:
+            self.duplicate_actions += self.reached_server - 1
 
 
 def simulate(
@@ -259,4 +291,4 @@ def simulate(
     sim = _Sim(plan, workload, patterns)
     tasks = [sim.run_task(i) for i in range(workload.tasks)]
     metrics = compute_metrics(sim.calls, tasks)
-    return SimulationResult(plan, workload, patterns, metrics, sim.calls, tasks)
+    return SimulationResult(plan, workload, patterns, metrics, sim.calls, tasks, sim.duplicate_actions)

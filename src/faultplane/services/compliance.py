@@ -267,15 +267,16 @@ def coverage_report(
     by_req: dict[str, list[EvidenceRun]] = {}
     for row in _evidence_rows(store, run_ids):
         ids = requirement_tags(row.get("tags") or [], cat)
-        if not ids:
-            continue
+        started = _as_utc(row.get("started_at"))
+        if not ids or (started is not None and started > now):
+            continue  # not compliance evidence, or not yet evidence at the report's instant
         ttr, recovered, own_target = _recovery(row.get("body"))
         ev = EvidenceRun(
             run_id=row["run_id"],
             title=row.get("experiment_title"),
             status=row["status"],
             passed=row["status"] == "completed" and row.get("steady_state_after") is not False,
-            started_at=_as_utc(row.get("started_at")),
+            started_at=started,
             time_to_recover_s=ttr,
             recovered=recovered,
             rto_target_s=rto_seconds if rto_seconds is not None else own_target,

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
+from faultplane.core.formats import ExperimentError, ValidationIssue, dumps, issues_from_pydantic
 from faultplane.core.store import Store
 
 __all__ = [
@@ -770,6 +769,7 @@ def write_design(
     paths = []
     for d in items:
         path = out / f"{d.stage:02d}-{_slug(result.service)}-{d.slug}.yaml"
-        path.write_text(yaml.safe_dump(d.experiment, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        # through formats.dumps: plain YAML, no anchors or aliases where two places share one value
+        path.write_text(dumps(d.experiment, "yaml"), encoding="utf-8")
         paths.append(path)
     return paths

@@ -214,6 +214,8 @@ def _jdir() -> Path:
 def compact_journal(journal: Mapping[str, Any]) -> dict[str, Any]:
     """The journal reduced to what an agent needs: outcome, steady states, one row per activity."""
 
+    started = _when(journal.get("start"))
+
     def rows(section: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [
             {
@@ -221,6 +223,7 @@ def compact_journal(journal: Mapping[str, Any]) -> dict[str, Any]:
                 "name": r["activity"].get("name"),
                 "type": r["activity"].get("type"),
                 "status": r["status"],
+                "at_s": _offset(started, r.get("start")),
                 "seconds": round(r["duration"], 4),
                 "error": r.get("exception") or "",
             }
@@ -231,8 +234,12 @@ def compact_journal(journal: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("before", "after"):
         state = journal["steady_states"].get(key) or {}
         activities += rows(f"hypothesis_{key}", state.get("probes", []))
+    for state in journal["steady_states"].get("during") or []:
+        activities += rows("hypothesis_during", (state or {}).get("probes", []))
     activities += rows("method", journal.get("run", []))
     activities += rows("rollbacks", journal.get("rollbacks", []))
+    # in the order they ran; sorted() is stable, so activities without a time keep their section order
+    activities = sorted(activities, key=lambda a: (a["at_s"] is None, a["at_s"] or 0.0))
     gates = journal.get("gates") or {}
     return {
         "run_id": journal["run_id"],
@@ -249,6 +256,22 @@ def compact_journal(journal: Mapping[str, Any]) -> dict[str, Any]:
         "gate_breach": gates.get("breach"),
         "reverts": journal.get("reverts") or [],
     }
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def _offset(start: datetime | None, value: Any) -> float | None:
+    at = _when(value)
+    if start is None or at is None or (start.tzinfo is None) != (at.tzinfo is None):
+        return None
+    return round((at - start).total_seconds(), 3)
 
 
 def journal_toon(run_id: str, store: Store | None = None) -> str:

@@ -21,7 +21,7 @@ __all__ = [
     "simulate_plan",
 ]
 
-PATTERN_NAMES = ("retry", "degradation", "breaker", "routing")
+PATTERN_NAMES = ("retry", "degradation", "breaker", "routing", "idempotency")
 
 
 class NoSuchStoreError(LookupError):
@@ -77,7 +77,27 @@ def session_report(
         [sess["session_id"]],
     )
     metrics["faults_by_name"] = {r["fault_name"]: int(r["n"]) for r in by_name}
-    return {"session": sess, "metrics": metrics}
+    detections = sum(1 for c in calls if c.detected)
+    notes = [
+        "The proxy sees the wire only: an answer it changed counts as a silent failure unless the client "
+        "reported noticing it (notifications/faultplane/detected, docs/plane.md)"
+        + (f"; {detections} such report(s) received" if detections else "; no client sent any")
+        + ". What the agent did next with an answer (used it, retried, escalated) is not observed.",
+    ]
+    advice: list[dict[str, Any]] = []
+    if sess.get("plan"):
+        from faultplane.plane.advice import advise, as_dicts
+        from faultplane.plane.plan import parse_plan
+
+        tools = [c.tool for c in calls if c.method == "tools/call" and c.tool]
+        advice = as_dicts(advise(parse_plan(sess["plan"]), set(metrics["faults_by_name"]), tools=tools))
+    return {
+        "session": sess,
+        "metrics": metrics,
+        "client_detections": detections,
+        "notes": notes,
+        "advice": advice,
+    }
 
 
 def parse_patterns(text: str) -> Any:

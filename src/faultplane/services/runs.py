@@ -19,8 +19,17 @@ def load_journal(run_id: str, store: Store | None = None) -> dict[str, Any]:
     store = store or open_store()
     rows = store.query("SELECT body FROM journals WHERE run_id = ?", [run_id])
     if not rows:
-        rows = store.query("SELECT body FROM journals WHERE run_id LIKE ? || '%'", [run_id])
-        if len(rows) != 1:
+        # LIKE treats `_` and `%` in the prefix as wildcards: it finds a superset, startswith decides
+        candidates = store.query("SELECT run_id, body FROM journals WHERE run_id LIKE ? || '%'", [run_id])
+        rows = [r for r in candidates if str(r["run_id"]).startswith(run_id)] if run_id else []
+        if len(rows) > 1:
+            shown = sorted(str(r["run_id"]) for r in rows)
+            more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
+            raise LookupError(
+                f"run id {run_id!r} is ambiguous: it starts {len(shown)} runs ({', '.join(shown[:10])}{more});"
+                " fix: give more characters of the run id"
+            )
+        if not rows:
             raise LookupError(f"no journal for run {run_id!r}: list runs with `faultplane runs list`")
     journal: dict[str, Any] = json.loads(rows[0]["body"])
     return journal

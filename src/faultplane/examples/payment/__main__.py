@@ -7,6 +7,7 @@ green), 1 otherwise. `--report-dir DIR` also writes an HTML report per run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -33,8 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--report-dir", type=Path, default=None, help="write one HTML report per run here")
     parser.add_argument("--no-fix", action="store_true", help="stop after experiment 4")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="only start the system, print the --var options its experiments need, and serve until Ctrl-C",
+    )
     args = parser.parse_args(argv)
     console = Console()
+    if args.serve:
+        return _serve(args.dsn, console)
 
     def shown(o: Outcome) -> None:
         mark = "[green]as expected[/]" if o.as_expected else f"[red]expected {o.expected}[/]"
@@ -62,6 +70,20 @@ def main(argv: list[str] | None = None) -> int:
         "[green]outcomes match the known case[/]" if ok else "[red]outcomes differ from the known case[/]"
     )
     return 0 if ok else 1
+
+
+def _serve(dsn: str | None, console: Console) -> int:
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with payment_system(dsn=dsn, **SYSTEM) as system:
+        options = " ".join(f"--var {k}={v}" for k, v in system.variables().items())
+        print(f"payment system up; run its experiments with: {options}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    return 0
 
 
 if __name__ == "__main__":
