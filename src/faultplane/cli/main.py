@@ -6,6 +6,14 @@ import importlib
 import importlib.util
 import sys
 
+if sys.argv[1:] == [
+    "guard",
+    "hook",
+]:  # runs before every agent shell command: skip typer and the CLI's imports
+    from faultplane.hook.entry import main as _hook
+
+    raise SystemExit(_hook())
+
 import typer
 
 app = typer.Typer(
