@@ -9,7 +9,6 @@ never mistaken for the program.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from faultplane.hook.parse import UNKNOWN
@@ -146,14 +145,16 @@ INTERPRETERS = {
 }
 
 
-@dataclass
 class Resolved:
-    argv: list[str]  # argv[0] is the program's basename
-    env: dict[str, str] = field(default_factory=dict)
-    via: list[str] = field(default_factory=list)  # the wrappers peeled off, outermost first
-    extra_unknown: bool = False  # xargs / find -exec: more arguments arrive at run time
-    shell_string: str | None = None  # `env -S '...'`: a command line of its own
-    remote: str | None = None  # ssh HOST: the remote command line and its host in `via`
+    __slots__ = ("argv", "env", "extra_unknown", "remote", "shell_string", "via")
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.argv = argv  # argv[0] is the program's basename
+        self.env = env if env is not None else {}
+        self.via: list[str] = []  # the wrappers peeled off, outermost first
+        self.extra_unknown = False  # xargs / find -exec: more arguments arrive at run time
+        self.shell_string: str | None = None  # `env -S '...'`, `watch`: a command line of its own
+        self.remote: str | None = None  # ssh HOST: the remote command line (its host in `via`)
 
 
 def base(word: str) -> str:

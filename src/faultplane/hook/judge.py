@@ -20,15 +20,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from faultplane.hook import protect
 from faultplane.hook.argv import INTERPRETERS, PYTHON, SHELLS, Resolved, python_module, resolve
 from faultplane.hook.parse import UNKNOWN, Command, is_known, parse, resolve_path
 
+TYPE_CHECKING = False  # typing itself costs the hook ~5 ms; annotations are strings here anyway
 if TYPE_CHECKING:
+    from typing import Any
+
     from faultplane.core.policy import Policy
     from faultplane.core.store import Store
 
@@ -38,11 +39,27 @@ _MAX_NESTING = 6  # bash -c 'bash -c "..."': deeper is refused, not followed
 _MAX_SCRIPT_BYTES = 256_000
 
 
-@dataclass
 class HookVerdict:
-    allow: bool
-    reason: str = ""
-    checked: list[str] = field(default_factory=list)
+    """allow, the reason shown to the agent when refused, and the experiments checked on the way."""
+
+    __slots__ = ("allow", "checked", "reason")
+
+    def __init__(self, allow: bool, reason: str = "", checked: list[str] | None = None) -> None:
+        self.allow = allow
+        self.reason = reason
+        self.checked = checked if checked is not None else []
+
+    def __repr__(self) -> str:
+        return f"HookVerdict(allow={self.allow}, reason={self.reason!r}, checked={self.checked!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HookVerdict) and (self.allow, self.reason, self.checked) == (
+            other.allow,
+            other.reason,
+            other.checked,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class Refuse(Exception):

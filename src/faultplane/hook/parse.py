@@ -14,12 +14,15 @@ from __future__ import annotations
 import codecs
 import os
 import re
-from dataclasses import dataclass, field
+import sys
+from importlib import machinery
 from pathlib import Path
-from typing import Any
 
-import tree_sitter
-import tree_sitter_bash
+TYPE_CHECKING = False  # typing itself costs the hook ~5 ms; annotations are strings here anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+    import tree_sitter
 
 UNKNOWN = "\x00"  # stands for a piece of a word that only exists at run time
 _MAX_DEPTH = 40  # syntax nesting; deeper input is refused rather than walked
@@ -30,28 +33,71 @@ _PARSER: tree_sitter.Parser | None = None
 def _parser() -> tree_sitter.Parser:
     global _PARSER
     if _PARSER is None:
-        _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+        try:
+            ts, bash = _binding("tree_sitter"), _binding("tree_sitter_bash")
+        except (ImportError, OSError):
+            import tree_sitter as ts
+            import tree_sitter_bash as bash
+        _PARSER = ts.Parser(ts.Language(bash.language()))
     return _PARSER
 
 
-@dataclass
+def _binding(package: str) -> Any:
+    """The package's compiled `_binding` module, loaded without running the package's `__init__`: those import
+    typing and importlib.resources (for syntax-highlighting queries the hook never reads), ~10 ms together."""
+    name = f"{package}._binding"
+    if name in sys.modules:
+        return sys.modules[name]
+    for entry in sys.path:
+        folder = os.path.join(entry or ".", package)
+        for suffix in machinery.EXTENSION_SUFFIXES:
+            so = os.path.join(folder, "_binding" + suffix)
+            if os.path.isfile(so):
+                loader = machinery.ExtensionFileLoader(name, so)
+                spec = machinery.ModuleSpec(name, loader, origin=so)
+                module = loader.create_module(spec)
+                loader.exec_module(module)
+                return module
+    raise ImportError(f"no compiled {name} on sys.path")
+
+
+# plain classes, not dataclasses: `dataclasses` pulls in `inspect`, a few ms the hook cannot spare
 class Command:
     """One simple command as bash will start it."""
 
-    argv: list[str]  # words after expansion; a word holding UNKNOWN is (partly) decided at run time
-    env: dict[str, str]  # `NAME=value` prefixes
-    cwd: Path | None  # None: a `cd` to somewhere only known at run time came first
-    redirects: list[tuple[str, str]] = field(default_factory=list)  # (operator, target word)
-    stdin: str | None = None  # a here-document or here-string body
-    piped: bool = False  # reads the output of a previous command in a pipeline
-    text: str = ""
+    __slots__ = ("argv", "cwd", "env", "piped", "redirects", "stdin", "text")
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path | None,
+        redirects: list[tuple[str, str]] | None = None,
+        stdin: str | None = None,
+        piped: bool = False,
+        text: str = "",
+    ) -> None:
+        self.argv = argv  # words after expansion; a word holding UNKNOWN is (partly) decided at run time
+        self.env = env  # `NAME=value` prefixes
+        self.cwd = cwd  # None: a `cd` to somewhere only known at run time came first
+        self.redirects = redirects if redirects is not None else []  # (operator, target word)
+        self.stdin = stdin  # a here-document or here-string body
+        self.piped = piped  # reads the output of a previous command in a pipeline
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"Command({self.argv!r}, cwd={self.cwd}, redirects={self.redirects!r}, piped={self.piped})"
 
 
-@dataclass
 class Script:
-    commands: list[Command]
-    errors: list[str]  # pieces of the input the parser could not read
-    assignments: list[tuple[str, str]]  # every NAME=value seen, prefixes and `export` included
+    __slots__ = ("assignments", "commands", "errors")
+
+    def __init__(
+        self, commands: list[Command], errors: list[str], assignments: list[tuple[str, str]]
+    ) -> None:
+        self.commands = commands
+        self.errors = errors  # pieces of the input the parser could not read
+        self.assignments = assignments  # every NAME=value seen, prefixes and `export` included
 
 
 def is_known(word: str) -> bool:
