@@ -110,8 +110,6 @@ _RUNNERS: dict[tuple[str, str], set[str]] = {
     ("micromamba", "run"): {"-n", "--name", "-p", "--prefix"},
     ("npx", ""): {"-p", "--package"},
     ("nix", "run"): set(),
-    ("docker", "exec"): {"-e", "--env", "-u", "--user", "-w", "--workdir", "--env-file"},
-    ("kubectl", "exec"): {"-n", "--namespace", "-c", "--container", "--context", "--cluster", "-f"},
 }
 _UVX_VALUE = {
     "--from",
@@ -158,7 +156,7 @@ class Resolved:
 
 
 def base(word: str) -> str:
-    return PurePath(word).name if word else word
+    return PurePath(word).name or word  # `.` (source) has no name of its own
 
 
 def _skip_options(words: list[str], i: int, takes_value: set[str]) -> int:
@@ -235,8 +233,7 @@ def resolve(argv: list[str], env: dict[str, str] | None = None, depth: int = 0) 
                         (k for k in range(j + 1, len(words)) if words[k] in (";", "+", "\\;")), len(words)
                     )
                     inner = [UNKNOWN if "{}" in w2 else w2 for w2 in words[j + 1 : end]]
-                    out.via.append("find")
-                    out.extra_unknown = True
+                    out.via.append("find")  # each `{}` is a found name: UNKNOWN already
                     words = inner
                     break
             else:
@@ -289,15 +286,7 @@ def resolve(argv: list[str], env: dict[str, str] | None = None, depth: int = 0) 
         if runner in _RUNNERS and runner != ("uv", "tool"):
             out.via.append(" ".join(x for x in runner if x))
             start = 1 if name == "npx" else 2
-            if name in ("docker", "kubectl"):  # the next positional is the container / pod
-                i = _skip_options(words, start, _RUNNERS[runner])
-                if name == "kubectl":
-                    out.via.append(words[i] if i < len(words) else "")
-                i = _skip_options(words, i + 1, _RUNNERS[runner])
-                if i < len(words) and words[i] == "--":
-                    i += 1
-            else:
-                i = _skip_options(words, start, _RUNNERS[runner])
+            i = _skip_options(words, start, _RUNNERS[runner])
             words = words[i:]
             continue
         if name in ("ssh", "mosh"):

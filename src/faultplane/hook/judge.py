@@ -110,7 +110,7 @@ _FAULT_TOOLS = {
     "stress-ng", "stress", "toxiproxy-cli", "toxiproxy", "pumba", "kill", "pkill", "killall", "blade",
     "chaosd", "litmusctl", "gremlin", "powerfulseal", "comcast", "tcset", "tcdel", "stressor", "chaosblade",
 }  # fmt: skip
-_CONTAINER_MUTATING = {"kill", "stop", "rm", "pause", "restart", "network", "update"}
+_CONTAINER_MUTATING = {"kill", "stop", "rm", "pause", "restart", "network", "update", "exec"}
 _CLOUD_MUTATING = re.compile(
     r"delete|terminate|stop|reboot|reset|failover|detach|deregister|start-experiment|scale|drain|remove",
 )
@@ -343,10 +343,8 @@ class Judge:
             self.faultplane(args, cmd, res)
         elif head == "chaos":
             self.chaostoolkit(args, cmd, res)
-        elif "/" in cmd.argv[0] or head.endswith(".sh"):
-            path = resolve_path(res.argv[0] if "/" in res.argv[0] else cmd.argv[0], cmd.cwd)
-            if path is not None and path in written:
-                raise Refuse(_WRITE_THEN_RUN)
+        elif "/" in cmd.argv[0] and _is_shell_script(resolve_path(cmd.argv[0], cmd.cwd), written):
+            self.script_file(cmd.argv[0], cmd, depth, written, "./script")
         else:
             self.fault_tool(head, args, cmd, res)
 
@@ -420,6 +418,8 @@ class Judge:
                 if not a.startswith("-"):
                     script = a
                     break
+        if script == "-":
+            script = None  # `python -`: the program is stdin
         if code is None and script is None and cmd.stdin is not None:
             code = cmd.stdin
         if code is not None:
@@ -427,14 +427,14 @@ class Judge:
                 raise Refuse(
                     f"{head} code built at run time cannot be checked. Instead: write it to a file a person can read."
                 )
+            named = protect.mentions(code)
+            if named:
+                raise Refuse(f"{head} code names {named}; only a person changes guardrail files")
             if re.search(r"\bfaultplane\b", code):
                 raise Refuse(
                     f"{head} code that uses faultplane is not checked by the hook. "
                     "Instead: run the CLI, e.g. `faultplane run EXPERIMENT.yaml` (or `faultplane validate`)."
                 )
-            named = protect.mentions(code)
-            if named:
-                raise Refuse(f"{head} code names {named}; only a person changes guardrail files")
             self.fault_words_in_code(code, head)
             if head == "perl" and any(a.startswith("-") and "i" in a.lstrip("-") for a in res.argv[1:]):
                 for a in res.argv[1:]:
@@ -456,7 +456,9 @@ class Judge:
     def fault_words_in_code(self, code: str, head: str) -> None:
         """Interpreter code that shells out to a fault tool is as opaque as a script: refuse if it could."""
         if re.search(
-            r"\b(subprocess|os\.system|popen|exec[lv]p?e?|spawn|system|`)", code, re.I
+            r"\b(subprocess|os\.system|popen|exec[lv]p?e?|execSync|execFile|child_process|spawn|system|`)",
+            code,
+            re.I,
         ) and re.search(
             r"\b(faultplane|chaos\s+run|kubectl|helm|tc\s|iptables|nft\s|stress-ng|toxiproxy|pumba|pkill|killall)\b",
             code,
@@ -562,11 +564,8 @@ class Judge:
             for piece in [word, *re.findall(r"(?:^|=)([~/.][^\s=]*)", word)]:
                 path = resolve_path(piece, cmd.cwd)
                 why = protect.secret(path) if path is not None else None
-                if why is None and protect.mentions(piece) in (
-                    "the approval key",
-                    "Faultplane's approvals or keys",
-                ):
-                    why = f"{piece} names Faultplane's approval secrets"
+                if why is None and protect.names_key(piece):
+                    why = f"{piece[:80]!r} names the approval key"
                 if why:
                     raise Refuse(f"the command touches Faultplane's approval secrets ({why}); agents may not")
 
@@ -755,6 +754,22 @@ _BUILT_AT_RUN_TIME = (
     "the `{what}` command builds words at run time ($(...), `...`, $VAR, xargs, find -exec, a loop), so it "
     "cannot be checked before it runs. Instead: write the {what} command out literally."
 )
+
+
+def _is_shell_script(path: Path | None, written: set[Path]) -> bool:
+    """A program run by path that the hook reads like `bash FILE`: one written in this command (refused), or a
+    shell script on disk (judged line by line). Compiled programs and other interpreters stay opaque."""
+    if path is None or path in written:
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(128)
+    except OSError:
+        return False
+    if head.startswith(b"#!"):
+        first = head.split(b"\n", 1)[0]
+        return any(sh.encode() in first.split(b"/")[-1] for sh in ("sh", "bash", "zsh", "dash", "ksh"))
+    return path.suffix == ".sh"
 
 
 def _last(options: Mapping[str, list[str]], name: str) -> str | None:

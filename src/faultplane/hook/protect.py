@@ -40,7 +40,13 @@ def _key_file() -> Path | None:
 
 
 def guarded_dirs() -> list[Path]:
-    return [_config_dir(), _state_dir() / "approvals"]
+    # the XDG locations in force and the default ones: an agent may point XDG_* elsewhere for its own shell
+    home = Path.home()
+    dirs = [_config_dir(), _state_dir() / "approvals"]
+    for default in (home / ".config" / "faultplane", home / ".local" / "state" / "faultplane" / "approvals"):
+        if default not in dirs:
+            dirs.append(default)
+    return dirs
 
 
 def _real(path: Path) -> Path:
@@ -122,11 +128,11 @@ def matches(word: str, cwd: Path | None) -> list[Path]:
 
 def could_name_guardrail(pattern: str) -> bool:
     """Could a word of which only `pattern` is known (`*` = decided at run time) be a guardrail file?"""
+    if POLICY_NAME.search(pattern) or ".faultplane" in pattern or "faultplane" in pattern.split("/")[:-1]:
+        return True
     name = pattern.rsplit("/", 1)[-1]
     if "*" not in name:
         return False
-    if POLICY_NAME.search(pattern) or ".faultplane" in pattern:
-        return True
     return any(fnmatch.fnmatchcase(n, name) for n in _PROTECTED_BASENAMES)
 
 
@@ -146,3 +152,9 @@ def mentions(text: str) -> str | None:
     if key is not None and str(key).casefold() in folded:
         return "the approval key"
     return None
+
+
+def names_key(text: str) -> bool:
+    """Does a word name the approval key (inside an option, a URL, code) even when it is not a path?"""
+    key = _key_file()
+    return "approval.key" in text.casefold() or (key is not None and str(key) in text)
