@@ -151,7 +151,7 @@ def judge_tool_call(
     tool = str(payload.get("tool_name") or "")
     tool_input = payload.get("tool_input") or {}
     if not isinstance(tool_input, Mapping):
-        tool_input = {}
+        return HookVerdict(False, "hook input's tool_input is not a JSON object; blocking to be safe")
     cwd = Path(str(payload.get("cwd") or os.getcwd()))
     judge = Judge(cwd, policy, store)
     try:

@@ -24,6 +24,8 @@ _PROTECTED_BASENAMES = (
 )
 _KEY_NAME = re.compile(r"(\.key|\.pem|\.priv|_ed25519|\.sk)$|private|secret", re.IGNORECASE)
 _GLOB = re.compile(r"[*?\[]")
+# Claude Code's settings hold the hook itself: an agent that edits them out has no hook
+_AGENT_SETTINGS = re.compile(r"settings(\.local)?\.json", re.IGNORECASE)
 
 
 def _config_dir() -> Path:
@@ -71,6 +73,8 @@ def protected(path: Path) -> str | None:
             return f"{p} is a guardrail policy file; only a person edits it"
         if ".faultplane" in p.parts:
             return f"{p} is under .faultplane/ (approvals and keys); only a person changes it"
+        if p.parent.name == ".claude" and _AGENT_SETTINGS.fullmatch(p.name):
+            return f"{p} configures the agent's hooks (this guardrail among them); only a person changes it"
         key = _key_file()
         if key is not None and (p == key or p == _real(key)):
             return f"{p} is the approval key; agents may not touch it"
@@ -128,7 +132,12 @@ def matches(word: str, cwd: Path | None) -> list[Path]:
 
 def could_name_guardrail(pattern: str) -> bool:
     """Could a word of which only `pattern` is known (`*` = decided at run time) be a guardrail file?"""
-    if POLICY_NAME.search(pattern) or ".faultplane" in pattern or "faultplane" in pattern.split("/")[:-1]:
+    if (
+        POLICY_NAME.search(pattern)
+        or ".faultplane" in pattern
+        or ".claude" in pattern
+        or "faultplane" in pattern.split("/")[:-1]
+    ):
         return True
     name = pattern.rsplit("/", 1)[-1]
     if "*" not in name:
@@ -143,6 +152,8 @@ def mentions(text: str) -> str | None:
         return "the guardrail policy file"
     if ".faultplane" in folded:
         return "the .faultplane/ folder (approvals and keys)"
+    if re.search(r"\.claude/settings(\.local)?\.json", folded):
+        return "the agent's hook settings"
     for folder in guarded_dirs():
         if str(folder).casefold() in folded:
             return f"{folder} (user policy, approvals, keys)"
