@@ -221,6 +221,10 @@ def resolve(argv: list[str], env: dict[str, str] | None = None, depth: int = 0) 
                     break
             words = words[i:]
             continue
+        if name == "busybox" and len(words) > 1:  # `busybox sh -c ...`: the applet is the program
+            out.via.append(name)
+            words = words[1:]
+            continue
         if name == "timeout":
             out.via.append(name)
             i = _skip_options(words, 1, {"-s", "-k", "--signal", "--kill-after"})

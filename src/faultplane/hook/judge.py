@@ -110,6 +110,8 @@ _FAULT_TOOLS = {
     "stress-ng", "stress", "toxiproxy-cli", "toxiproxy", "pumba", "kill", "pkill", "killall", "blade",
     "chaosd", "litmusctl", "gremlin", "powerfulseal", "comcast", "tcset", "tcdel", "stressor", "chaosblade",
 }  # fmt: skip
+_VERB_TOOLS = {"kubectl", "oc", "kubecolor", "helm", "docker", "podman", "nerdctl", "crictl", "aws", "gcloud",
+               "az", "doctl", "systemctl", "service"}  # fmt: skip
 _CONTAINER_MUTATING = {"kill", "stop", "rm", "pause", "restart", "network", "update", "exec"}
 _CLOUD_MUTATING = re.compile(
     r"delete|terminate|stop|reboot|reset|failover|detach|deregister|start-experiment|scale|drain|remove",
@@ -703,6 +705,8 @@ class Judge:
     def is_chaos(self, head: str, args: list[str]) -> bool:
         if head in _FAULT_TOOLS or head in ("faultplane", "chaos"):
             return True
+        if head in _VERB_TOOLS and not all(is_known(a) for a in args[:3]):
+            return True  # `kubectl "$@"`: the verb itself is decided at run time
         if head in ("kubectl", "oc", "kubecolor"):
             verb = _kube_verb(args)
             return (
@@ -728,8 +732,15 @@ class Judge:
         if not all(is_known(a) for a in args) or res.extra_unknown:
             # a fault whose target arrives at run time cannot be checked against production names
             raise Refuse(_BUILT_AT_RUN_TIME.format(what=head))
+        if cmd.piped and "-" in args:
+            raise Refuse(
+                f"`{head}` reads what it acts on piped into it, which cannot be checked. "
+                f"Instead: write it to a file and pass the file (`{head} ... -f FILE`)."
+            )
         expanded = _expand_flags(args)
         values: dict[str, Any] = {"arguments": [head, *expanded]}
+        if cmd.stdin is not None:
+            values["stdin"] = cmd.stdin  # `kubectl apply -f - <<EOF`: the manifest is in the here-document
         values.update(_flag_labels(expanded))
         if head in ("kubectl", "oc", "kubecolor", "helm") and "context" not in values:
             current = _current_kube_context(cmd.env)
