@@ -741,6 +741,9 @@ class Judge:
         values: dict[str, Any] = {"arguments": [head, *expanded]}
         if cmd.stdin is not None:
             values["stdin"] = cmd.stdin  # `kubectl apply -f - <<EOF`: the manifest is in the here-document
+        globbed = _expand_globs(args, cmd.cwd)
+        if globbed:
+            values["globbed"] = globbed  # bash hands the tool what `pr*.yaml` matches, not the pattern
         values.update(_flag_labels(expanded))
         if head in ("kubectl", "oc", "kubecolor", "helm") and "context" not in values:
             current = _current_kube_context(cmd.env)
@@ -781,6 +784,21 @@ def _is_shell_script(path: Path | None, written: set[Path]) -> bool:
         first = head.split(b"\n", 1)[0]
         return any(sh.encode() in first.split(b"/")[-1] for sh in ("sh", "bash", "zsh", "dash", "ksh"))
     return path.suffix == ".sh"
+
+
+def _expand_globs(args: list[str], cwd: Path | None) -> list[str]:
+    import glob
+
+    out: list[str] = []
+    for a in args:
+        if cwd is None or not re.search(r"[*?\[]", a):
+            continue
+        pattern = a if os.path.isabs(a) else str(cwd / a)
+        try:
+            out += [os.path.relpath(m, cwd) if not os.path.isabs(a) else m for m in glob.glob(pattern)[:200]]
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def _last(options: Mapping[str, list[str]], name: str) -> str | None:

@@ -281,7 +281,7 @@ class _Walker:
                 env[name] = value
             elif child.type == "command_name":
                 for part in child.named_children:
-                    argv.append(self.word(part, depth))
+                    argv += self.fields(part, depth)
             elif child.type in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
                 more, body = self.redirects(_Wrap([child]), depth)
                 redirects += more
@@ -289,7 +289,7 @@ class _Walker:
             elif child.type == "ERROR":
                 self.errors.append(_text(child))
             else:
-                argv.append(self.word(child, depth))
+                argv += self.fields(child, depth)
         cmd = Command(argv, env, self.cwd, redirects, stdin, piped, _text(node))
         self.commands.append(cmd)
         self.after(cmd)
@@ -317,6 +317,20 @@ class _Walker:
                     self.vars[name] = UNKNOWN
 
     # -- words
+
+    def fields(self, node: Any, depth: int) -> list[str]:
+        """The words one argument becomes: an unquoted `$x` is split on whitespace (`c="faultplane run x";
+        $c` runs faultplane), and with IFS changed the split is unknown."""
+        value = self.word(node, depth)
+        unquoted = node.type in ("simple_expansion", "expansion") or (
+            node.type == "concatenation"
+            and any(c.type in ("simple_expansion", "expansion") for c in node.children)
+        )
+        if not unquoted or not is_known(value):
+            return [value]
+        if "IFS" in self.vars or any(name == "IFS" for name, _ in self.assignments):
+            return [value + UNKNOWN]
+        return value.split()
 
     def word(self, node: Any, depth: int) -> str:
         if depth > _MAX_DEPTH:
