@@ -245,3 +245,34 @@ def test_chaos_commands_do_load_the_policy(project: Path) -> None:
     )
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["code"] == 0 and "faultplane.core.policy" in out["heavy"]
+
+
+def test_other_servers_file_and_shell_tools(project: Path) -> None:
+    """An MCP filesystem or shell server is a way around Write and Bash: its tools are judged the same."""
+    key = config_home() / "faultplane" / "approval.key"
+    refused = [
+        ("mcp__filesystem__write_file", {"path": str(project / "faultplane.policy.yaml"), "content": ""}),
+        (
+            "mcp__filesystem__move_file",
+            {"source": str(project / "faultplane.policy.yaml"), "destination": "/tmp/x"},
+        ),
+        ("mcp__filesystem__edit_file", {"path": ".claude/settings.json", "edits": []}),
+        ("mcp__filesystem__read_file", {"path": str(key)}),
+        ("mcp__filesystem__read_multiple_files", {"paths": ["README.md", str(key)]}),
+        ("Grep", {"pattern": ".", "path": str(key)}),
+        ("mcp__shell__run_command", {"command": "faultplane approve stage1.yaml"}),
+        ("mcp__desktop-commander__execute_command", {"command": "rm faultplane.policy.yaml"}),
+        ("mcp__shell__run_command", {"command": ["rm", "faultplane.policy.yaml"]}),
+    ]
+    for tool, tool_input in refused:
+        verdict = judge_tool_call({"cwd": str(project), "tool_name": tool, "tool_input": tool_input})
+        assert not verdict.allow, tool
+    allowed = [
+        ("mcp__filesystem__write_file", {"path": str(project / "notes.md"), "content": ""}),
+        ("mcp__filesystem__read_file", {"path": str(project / "faultplane.policy.yaml")}),
+        ("Grep", {"pattern": "prod", "path": str(project)}),
+        ("mcp__shell__run_command", {"command": "ls -la"}),
+    ]
+    for tool, tool_input in allowed:
+        verdict = judge_tool_call({"cwd": str(project), "tool_name": tool, "tool_input": tool_input})
+        assert verdict.allow, (tool, verdict.reason)

@@ -156,32 +156,55 @@ def judge_tool_call(
         return HookVerdict(False, "hook input's tool_input is not a JSON object; blocking to be safe")
     cwd = Path(str(payload.get("cwd") or os.getcwd()))
     judge = Judge(cwd, policy, store)
+    short = tool.rsplit("__", 1)[-1] if tool.startswith("mcp__") else tool  # other MCP servers' tools too
     try:
-        if tool in ("Bash", "Shell", "shell", "run_shell_command", "execute_command") or tool.endswith(
-            "__bash"
-        ):
-            judge.shell(str(tool_input.get("command") or ""), cwd)
-        elif tool in ("Write", "Edit", "MultiEdit", "NotebookEdit", "write_file", "replace", "edit_file"):
-            target = tool_input.get("file_path") or tool_input.get("notebook_path") or tool_input.get("path")
-            if target:
-                path = Path(os.path.expanduser(str(target)))
-                why = protect.protected(path if path.is_absolute() else cwd / path)
+        if tool.startswith("mcp__") and "faultplane" in tool.casefold():
+            judge.mcp(short, tool_input)
+        elif short in _SHELL_TOOLS:
+            command = tool_input.get("command", tool_input.get("cmd", ""))
+            if not isinstance(command, str):
+                raise Refuse(f"{tool}: `command` is not a string; blocking to be safe")
+            judge.shell(command, cwd)
+        elif short in _WRITE_TOOLS:
+            for target in _paths(tool_input):
+                why = protect.protected(_abs(target, cwd))
                 if why:
                     raise Refuse(f"{why}. Instead: ask the person to make this change.")
-        elif tool in ("Read", "read_file", "NotebookRead"):
-            target = tool_input.get("file_path") or tool_input.get("notebook_path") or tool_input.get("path")
-            if target:
-                path = Path(os.path.expanduser(str(target)))
-                why = protect.secret(path if path.is_absolute() else cwd / path)
+        elif short in _READ_TOOLS:
+            for target in _paths(tool_input):
+                why = protect.secret(_abs(target, cwd))
                 if why:
                     raise Refuse(why)
-        elif tool.startswith("mcp__") and "faultplane" in tool.casefold():
-            judge.mcp(tool.rsplit("__", 1)[-1], tool_input)
     except Refuse as exc:
         return HookVerdict(False, str(exc), judge.checked)
     except RecursionError:
         return HookVerdict(False, "the command nests too deeply to check", judge.checked)
     return HookVerdict(True, "", judge.checked)
+
+
+_SHELL_TOOLS = {"Bash", "Shell", "shell", "bash", "run_shell_command", "execute_command", "run_command",
+                "run_terminal_cmd", "terminal", "exec_command"}  # fmt: skip
+_WRITE_TOOLS = {"Write", "Edit", "MultiEdit", "NotebookEdit", "write_file", "edit_file", "replace", "move_file",
+                "create_file", "delete_file", "str_replace_based_edit_tool", "apply_patch"}  # fmt: skip
+_READ_TOOLS = {"Read", "NotebookRead", "Grep", "Glob", "LS", "read_file", "read_multiple_files",
+               "read_text_file", "search_files", "list_directory", "directory_tree"}  # fmt: skip
+_PATH_KEYS = ("file_path", "notebook_path", "path", "paths", "source", "destination", "target", "dir")
+
+
+def _paths(tool_input: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key in _PATH_KEYS:
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            out.append(value)
+        elif isinstance(value, list):
+            out += [v for v in value if isinstance(v, str) and v]
+    return out
+
+
+def _abs(target: str, cwd: Path) -> Path:
+    path = Path(os.path.expanduser(target))
+    return path if path.is_absolute() else cwd / path
 
 
 class Judge:
