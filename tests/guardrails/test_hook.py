@@ -119,7 +119,8 @@ BLOCKED_BASH = [
     ("faultplane run nogates.yaml --policy lax.yaml", "--policy"),
     ("faultplane approve stage1.yaml", "approvals are given by a person"),
     ("faultplane guard approve stage1.yaml", "approvals are given by a person"),
-    ("f=faultplane; $f run prod.yaml", "builds words at run time"),
+    ("f=faultplane; $f run prod.yaml", "forbidden.labels.env"),  # resolved like bash does
+    ("$FP run prod.yaml", "only known at run time"),
     ("faultplane run $(ls prod*.yaml)", "builds words at run time"),
     ("rm -f faultplane.policy.yaml", "policy file"),
     ("echo 'gates: {required: false}' > faultplane.policy.yaml", "policy file"),

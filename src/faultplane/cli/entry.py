@@ -1,5 +1,5 @@
-"""The `faultplane` console script. `--version` is answered before any framework loads; everything else goes
-to the typer app in `faultplane.cli.main`."""
+"""The `faultplane` console script. `--version` and the agent hook are answered before any framework loads;
+everything else goes to the typer app in `faultplane.cli.main`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import sys
 
 
 def main() -> None:
+    if sys.argv[1:] == ["guard", "hook"]:  # runs before every agent shell command: no CLI imports at all
+        from faultplane.hook.entry import main as hook
+
+        raise SystemExit(hook())
     if sys.argv[1:] in (["--version"], ["-V"]):
         from faultplane import __version__
 

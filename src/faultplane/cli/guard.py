@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,22 +51,11 @@ def _fail(message: str, code: int = 2) -> None:
 @app.command()
 def hook() -> None:
     """PreToolUse hook for coding agents: reads the hook JSON on stdin; exit 2 (reason on stderr) blocks."""
-    try:
-        text = sys.stdin.read()
-        try:
-            payload = json.loads(text)
-        except json.JSONDecodeError as exc:
-            _fail(f"faultplane guard hook: stdin is not the hook's JSON ({exc}); blocking to be safe")
-        from faultplane.services.guard import judge_tool_call
+    from faultplane.hook.entry import main
 
-        verdict = judge_tool_call(payload)
-    except typer.Exit:
-        raise
-    except Exception as exc:  # exit 1 would let the tool call through: any failure here must block
-        _fail(f"faultplane guard hook failed ({exc.__class__.__name__}: {exc}); blocking to be safe")
-        return
-    if not verdict.allow:
-        _fail(verdict.reason)
+    code = main()
+    if code:
+        raise typer.Exit(code)
 
 
 KeyOpt = Annotated[

@@ -14,6 +14,14 @@ import os
 import sys
 from typing import Any
 
+if sys.argv[1:] == [
+    "guard",
+    "hook",
+]:  # runs before every agent shell command: skip typer and the CLI's imports
+    from faultplane.hook.entry import main as _hook
+
+    raise SystemExit(_hook())
+
 import typer
 from typer._click.utils import make_default_short_help
 from typer.core import TyperGroup
