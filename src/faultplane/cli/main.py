@@ -72,7 +72,14 @@ _mount()
 
 
 def main() -> None:
-    app()
+    from faultplane.core.clickhouse_wire import ClickHouseStoreError
+
+    try:
+        app()
+    except ClickHouseStoreError as exc:
+        # a store that cannot be reached or is misconfigured: one line naming it and what to check
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
