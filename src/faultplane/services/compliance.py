@@ -196,19 +196,34 @@ class CoverageReport(BaseModel):
 
 
 def _evidence_rows(store: Store, run_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Tagged, finished, non-dry runs with their journal bodies, in SQL DuckDB and ClickHouse (18.16 on) read
+    alike: no boolean literals or casts, FINAL where a re-written run is a newer row, bodies by a second query
+    instead of a join (old ClickHouse joins neither aliases nor USING the same way)."""
+    final = " FINAL" if getattr(store, "dialect", "duckdb") == "clickhouse" else ""
     sql = (
-        "SELECT r.run_id, r.experiment_title, r.status, r.steady_state_after, r.started_at, r.tags, j.body "
-        "FROM runs r LEFT JOIN journals j USING (run_id) "
-        "WHERE coalesce(r.dry_run, false) = false AND r.status NOT IN ('running', 'refused') "
-        "AND len(coalesce(r.tags, []::VARCHAR[])) > 0"
+        "SELECT run_id, experiment_title, status, steady_state_after, started_at, tags "
+        f"FROM runs{final} WHERE (dry_run IS NULL OR NOT dry_run) AND status NOT IN ('running', 'refused') "
+        "AND length(tags) > 0"
     )
     params: list[Any] = []
     if run_ids is not None:
         if not run_ids:
             return []
-        sql += f" AND r.run_id IN ({', '.join('?' for _ in run_ids)})"
+        sql += f" AND run_id IN ({', '.join('?' for _ in run_ids)})"
         params += list(run_ids)
-    return store.query(sql + " ORDER BY r.started_at DESC", params)
+    rows = store.query(sql + " ORDER BY started_at DESC, run_id", params or None)
+    ids = [r["run_id"] for r in rows]
+    bodies: dict[str, Any] = {}
+    for i in range(0, len(ids), 1000):
+        chunk = ids[i : i + 1000]
+        for b in store.query(
+            f"SELECT run_id, body FROM journals{final} WHERE run_id IN ({', '.join('?' for _ in chunk)})",
+            chunk,
+        ):
+            bodies[b["run_id"]] = b["body"]
+    for r in rows:
+        r["body"] = bodies.get(r["run_id"])
+    return rows
 
 
 def _recovery(body: str | None) -> tuple[float | None, bool | None, float | None]:
