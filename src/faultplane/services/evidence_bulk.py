@@ -37,43 +37,73 @@ _MACROS = [
 
 _SOURCE = """
 CREATE OR REPLACE TEMP TABLE _fp_src AS
-SELECT id, j, body FROM (
-    SELECT row_number() OVER () AS id, json AS j, json::VARCHAR AS body
-    FROM read_ndjson_objects($files, maximum_object_size = $max_size))
--- a run written twice keeps its last journal, as writing them one after the other would
-QUALIFY row_number() OVER (PARTITION BY j ->> 'run_id' ORDER BY id DESC) = 1
+-- every field the rows need, extracted in one parse of each journal (each `->` on the whole body parses it again)
+SELECT id, body, json_type(j) AS kind,
+       x[1] AS run_id,
+       x[2] AS family,
+       x[3] AS status,
+       x[4] AS dry_run,
+       x[5] AS start_,
+       x[6] AS end_,
+       x[7] AS duration,
+       x[8] AS error,
+       x[9] AS seed,
+       x[10] AS controller_pid,
+       x[11] AS content_hash,
+       x[12] AS verdict,
+       x[13] AS exp_title,
+       x[14] AS exp_tags,
+       x[15] AS exp_estimate,
+       x[16] AS estimate,
+       x[17] AS stage,
+       x[18] AS before_met,
+       x[19] AS after_met,
+       x[20] AS before_probes,
+       x[21] AS after_probes,
+       x[22] AS run,
+       x[23] AS rollbacks,
+       x[24] AS recovery,
+       x[25] AS samples,
+       x[26] AS breach,
+       x[27] AS load
+FROM (
+    SELECT id, j, body, json_extract(j, ['$.run_id', '$.family', '$.status', '$.dry_run', '$.start', '$.end', '$.duration', '$.error', '$.seed', '$.controller_pid', '$.content_hash', '$.verdict', '$.experiment.title', '$.experiment.tags', '$.experiment.estimate', '$.estimate', '$.policy.stage', '$.steady_states.before.steady_state_met', '$.steady_states.after.steady_state_met', '$.steady_states.before.probes', '$.steady_states.after.probes', '$.run', '$.rollbacks', '$.steady_states.recovery', '$.gates.samples', '$.gates.breach', '$.load']) AS x FROM (
+        SELECT row_number() OVER () AS id, json AS j, json::VARCHAR AS body
+        FROM read_ndjson_objects($files, maximum_object_size = $max_size))
+    -- a run written twice keeps its last journal, as writing them one after the other would
+    QUALIFY row_number() OVER (PARTITION BY j ->> 'run_id' ORDER BY id DESC) = 1)
 """
 
 _RUNS = """
 INSERT INTO runs (run_id, experiment_title, experiment_family, content_hash, status, dry_run, steady_state_before,
                   steady_state_after, started_at, ended_at, duration_s, error, seed, controller_pid, journal_path,
                   tags, blast_stage, verdict)
-SELECT j ->> 'run_id', fp_str(j -> 'experiment' -> 'title'), fp_str(j -> 'family'), fp_str(j -> 'content_hash'),
-       fp_str(j -> 'status'), fp_truthy(j -> 'dry_run'),
-       fp_nn(j -> 'steady_states' -> 'before' -> 'steady_state_met')::BOOLEAN,
-       fp_nn(j -> 'steady_states' -> 'after' -> 'steady_state_met')::BOOLEAN,
-       fp_str(j -> 'start')::TIMESTAMPTZ, fp_str(j -> 'end')::TIMESTAMPTZ, fp_num(j -> 'duration'),
-       fp_str(j -> 'error'), fp_nn(j -> 'seed')::BIGINT, fp_nn(j -> 'controller_pid')::INTEGER, NULL,
-       CASE WHEN json_type(j -> 'experiment' -> 'tags') = 'ARRAY'
-            THEN from_json(j -> 'experiment' -> 'tags', '["VARCHAR"]') ELSE []::VARCHAR[] END,
-       fp_nn(j -> 'policy' -> 'stage')::INTEGER, fp_str(j -> 'verdict')
+SELECT fp_str(run_id), fp_str(exp_title), fp_str(family), fp_str(content_hash),
+       fp_str(status), fp_truthy(dry_run),
+       fp_nn(before_met)::BOOLEAN,
+       fp_nn(after_met)::BOOLEAN,
+       fp_str(start_)::TIMESTAMPTZ, fp_str(end_)::TIMESTAMPTZ, fp_num(duration),
+       fp_str(error), fp_nn(seed)::BIGINT, fp_nn(controller_pid)::INTEGER, NULL,
+       CASE WHEN json_type(exp_tags) = 'ARRAY'
+            THEN from_json(exp_tags, '["VARCHAR"]') ELSE []::VARCHAR[] END,
+       fp_nn(stage)::INTEGER, fp_str(verdict)
 FROM _fp_src
 """
 
 # the order of journal_rows: method runs, rollbacks, then the probes before and after
 _ACTIVITIES = """
 WITH acts AS (
-    SELECT id, j ->> 'run_id' AS run_id, 0 AS part, 'method' AS phase, unnest(fp_list(j -> 'run')) AS a,
-           generate_subscripts(fp_list(j -> 'run'), 1) AS k FROM _fp_src
+    SELECT id, fp_str(run_id) AS run_id, 0 AS part, 'method' AS phase, unnest(fp_list(run)) AS a,
+           generate_subscripts(fp_list(run), 1) AS k FROM _fp_src
     UNION ALL
-    SELECT id, j ->> 'run_id', 1, 'rollbacks', unnest(fp_list(j -> 'rollbacks')),
-           generate_subscripts(fp_list(j -> 'rollbacks'), 1) FROM _fp_src
+    SELECT id, fp_str(run_id), 1, 'rollbacks', unnest(fp_list(rollbacks)),
+           generate_subscripts(fp_list(rollbacks), 1) FROM _fp_src
     UNION ALL
-    SELECT id, j ->> 'run_id', 2, 'hypothesis_before', unnest(fp_list(j -> 'steady_states' -> 'before' -> 'probes')),
-           generate_subscripts(fp_list(j -> 'steady_states' -> 'before' -> 'probes'), 1) FROM _fp_src
+    SELECT id, fp_str(run_id), 2, 'hypothesis_before', unnest(fp_list(before_probes)),
+           generate_subscripts(fp_list(before_probes), 1) FROM _fp_src
     UNION ALL
-    SELECT id, j ->> 'run_id', 3, 'hypothesis_after', unnest(fp_list(j -> 'steady_states' -> 'after' -> 'probes')),
-           generate_subscripts(fp_list(j -> 'steady_states' -> 'after' -> 'probes'), 1) FROM _fp_src
+    SELECT id, fp_str(run_id), 3, 'hypothesis_after', unnest(fp_list(after_probes)),
+           generate_subscripts(fp_list(after_probes), 1) FROM _fp_src
 )
 INSERT INTO activities (run_id, seq, phase, name, type, status, started_at, ended_at, duration_s, output, error)
 SELECT run_id, (row_number() OVER (PARTITION BY id ORDER BY part, k) - 1)::INTEGER, phase,
@@ -83,19 +113,19 @@ SELECT run_id, (row_number() OVER (PARTITION BY id ORDER BY part, k) - 1)::INTEG
 FROM acts
 """
 
-_JOURNALS = "INSERT INTO journals (run_id, written_at, body) SELECT j ->> 'run_id', now(), body FROM _fp_src"
+_JOURNALS = "INSERT INTO journals (run_id, written_at, body) SELECT fp_str(run_id), now(), body FROM _fp_src"
 
 _METRICS = """
-WITH base AS (
-    SELECT id, j,
-           fp_obj(j -> 'steady_states' -> 'recovery') AS rec,
-           CASE WHEN fp_truthy(j -> 'estimate') THEN j -> 'estimate'
-                WHEN fp_truthy(j -> 'experiment' -> 'estimate') THEN j -> 'experiment' -> 'estimate' END AS est,
-           CASE WHEN json_exists(fp_obj(j -> 'load'), '$.summary') THEN fp_obj(j -> 'load' -> 'summary')
-                ELSE fp_obj(j -> 'load') END AS load
+WITH base AS MATERIALIZED (
+    SELECT *,
+           fp_obj(recovery) AS rec,
+           CASE WHEN fp_truthy(estimate) THEN estimate
+                WHEN fp_truthy(exp_estimate) THEN exp_estimate END AS est,
+           CASE WHEN json_exists(fp_obj(load), '$.summary') THEN fp_obj(load -> 'summary')
+                ELSE fp_obj(load) END AS load_fig
     FROM _fp_src
 ),
-checks AS (
+checks AS MATERIALIZED (
     SELECT id, k, fp_num(c -> 't') AS t, fp_truthy(c -> 'met') AS met FROM (
         SELECT id, unnest(fp_list(rec -> 'checks')) AS c, generate_subscripts(fp_list(rec -> 'checks'), 1) AS k
         FROM base WHERE fp_truthy(rec -> 'checks'))
@@ -128,15 +158,15 @@ gates AS (
     SELECT id,
            max(CASE WHEN fp_str(s -> 'sli') = 'error_rate' THEN fp_num(s -> 'value') END) AS err_peak,
            max(CASE WHEN fp_str(s -> 'sli') = 'latency_p99' THEN fp_num(s -> 'value') END) AS p99_peak
-    FROM (SELECT id, unnest(fp_list(j -> 'gates' -> 'samples')) AS s FROM base)
+    FROM (SELECT id, unnest(fp_list(samples)) AS s FROM base)
     GROUP BY id
 ),
-actions AS (
+actions AS MATERIALIZED (
     SELECT id, k, a -> 'activity' AS act, fp_obj(a -> 'activity' -> 'provider' -> 'arguments') AS args,
            fp_obj(a -> 'output') AS output,
            lower(coalesce(fp_str(a -> 'activity' -> 'provider' -> 'driver'), '') || '.'
                  || coalesce(fp_str(a -> 'activity' -> 'provider' -> 'name'), '')) AS pname
-    FROM (SELECT id, unnest(fp_list(j -> 'run')) AS a, generate_subscripts(fp_list(j -> 'run'), 1) AS k FROM base)
+    FROM (SELECT id, unnest(fp_list(run)) AS a, generate_subscripts(fp_list(run), 1) AS k FROM base)
     WHERE fp_str(a -> 'activity' -> 'type') = 'action'
 ),
 candidates AS (
@@ -155,9 +185,10 @@ faults AS (
     GROUP BY id
 ),
 m AS (
-    SELECT b.id, b.j, b.est, r.met, r.ttr, r.window_s, fp_str(b.j -> 'status') AS status,
-           coalesce(fp_num(b.load -> 'error_rate'), g.err_peak) AS err,
-           coalesce(fp_num(b.load -> 'latency_p99_ms'), fp_num(b.load -> 'latency_p99'), g.p99_peak) AS p99,
+    SELECT b.id, b.run_id, b.family, b.exp_title, b.dry_run, b.start_, b.duration, b.breach, b.stage, b.est,
+           r.met, r.ttr, r.window_s, fp_str(b.status) AS status_s,
+           coalesce(fp_num(b.load_fig -> 'error_rate'), g.err_peak) AS err,
+           coalesce(fp_num(b.load_fig -> 'latency_p99_ms'), fp_num(b.load_fig -> 'latency_p99'), g.p99_peak) AS p99,
            fp_num(b.est -> 'recovery_seconds') AS est_rec, f.types
     FROM base b JOIN recovery r USING (id) LEFT JOIN gates g USING (id) LEFT JOIN faults f USING (id)
 )
@@ -165,14 +196,14 @@ INSERT INTO run_metrics (run_id, experiment_key, experiment_title, status, passe
                          recovery_met, time_to_recover_s, recovery_window_s, est_recovery_s, est_error_rate,
                          est_latency_p99_ms, actual_error_rate, actual_latency_p99_ms, gate_breached, fault_types,
                          blast_stage, run_score)
-SELECT j ->> 'run_id',
-       CASE WHEN fp_truthy(j -> 'family') THEN fp_str(j -> 'family') ELSE fp_str(j -> 'experiment' -> 'title') END,
-       fp_str(j -> 'experiment' -> 'title'), status, coalesce(status = 'completed', false),
-       fp_truthy(j -> 'dry_run'), fp_str(j -> 'start')::TIMESTAMPTZ, fp_num(j -> 'duration'), met, ttr, window_s,
+SELECT fp_str(run_id),
+       CASE WHEN fp_truthy(family) THEN fp_str(family) ELSE fp_str(exp_title) END,
+       fp_str(exp_title), status_s, coalesce(status_s = 'completed', false),
+       fp_truthy(dry_run), fp_str(start_)::TIMESTAMPTZ, fp_num(duration), met, ttr, window_s,
        est_rec, fp_num(est -> 'error_rate'), fp_num(est -> 'latency_p99_ms'), err, p99,
-       fp_truthy(j -> 'gates' -> 'breach'), coalesce(types, []::VARCHAR[]), fp_nn(j -> 'policy' -> 'stage')::INTEGER,
-       round(100.0 * (0.7 * (CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END) + 0.3 * (
-           CASE WHEN met IS NULL THEN (CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END)
+       fp_truthy(breach), coalesce(types, []::VARCHAR[]), fp_nn(stage)::INTEGER,
+       round(100.0 * (0.7 * (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END) + 0.3 * (
+           CASE WHEN met IS NULL THEN (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END)
                 WHEN NOT met THEN 0.0
                 WHEN est_rec IS NOT NULL AND ttr IS NOT NULL AND ttr > est_rec THEN 0.5
                 ELSE 1.0 END)), 6)
@@ -206,7 +237,7 @@ def ingest_ndjson(
             if not n:
                 return 0
             bad = con.execute(
-                "SELECT count(*) FROM _fp_src WHERE json_type(j) <> 'OBJECT' OR fp_str(j -> 'run_id') IS NULL"
+                "SELECT count(*) FROM _fp_src WHERE kind <> 'OBJECT' OR fp_str(run_id) IS NULL"
             ).fetchone()[0]
             if bad:
                 raise EvidenceError(
@@ -215,7 +246,7 @@ def ingest_ndjson(
             con.execute("BEGIN")
             try:
                 for table in ("runs", "activities", "journals", "run_metrics"):
-                    con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT j ->> 'run_id' FROM _fp_src)")
+                    con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT fp_str(run_id) FROM _fp_src)")
                 con.execute(_RUNS)
                 con.execute(_ACTIVITIES)
                 con.execute(_JOURNALS)
