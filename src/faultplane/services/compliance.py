@@ -54,6 +54,7 @@ class Requirement(_Strict):
     id: str
     reference: str
     title: str
+    url: str = Field(pattern=r"^https://", description="the official text of the requirement")
     evidence: str
     frequency_days: int = Field(gt=0)
     frequency_basis: str = ""
@@ -136,6 +137,23 @@ def split_known(ids: Iterable[str], catalog: Catalog | None = None) -> tuple[lis
     return good, bad
 
 
+def unknown_compliance_tags(tags: Iterable[Any], catalog: Catalog | None = None) -> list[str]:
+    """An experiment's tags that claim a requirement the catalog does not know: `compliance:<anything>`, or an id
+    with a framework's prefix (`DORA-99`). Other tags (`team:core`) are not compliance tags."""
+    cat = catalog or load_catalog()
+    known = set(cat.all_ids())
+    prefixes = {i.split("-", 1)[0] + "-" for i in known}
+    out = []
+    for t in tags:
+        if not isinstance(t, str):
+            continue
+        n = normalise_tag(t)
+        claims = t.strip().upper().startswith(TAG_PREFIX) or any(n.startswith(p) for p in prefixes)
+        if claims and n not in known and n not in out:
+            out.append(n)
+    return out
+
+
 # ---- the report ------------------------------------------------------------------------------------------
 
 Status = Literal["covered", "overdue", "gap"]
@@ -157,6 +175,7 @@ class RequirementCoverage(BaseModel):
     framework: str
     reference: str
     title: str
+    url: str = ""
     evidence_hint: str
     frequency_days: int
     frequency_basis: str
@@ -315,6 +334,7 @@ def coverage_report(
                 framework=fw.id,
                 reference=req.reference,
                 title=req.title,
+                url=req.url,
                 evidence_hint=req.evidence,
                 frequency_days=req.frequency_days,
                 frequency_basis=req.frequency_basis,
