@@ -58,7 +58,13 @@ def report(
     ] = None,
     framework: Annotated[list[str] | None, typer.Option("--framework", "-f", help="limit the scope")] = None,
     rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
-    store: Annotated[str | None, typer.Option("--store", help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+        ),
+    ] = None,
 ) -> None:
     """Coverage from the evidence store: requirements with evidence, gaps, testing frequency, RTO met."""
     from faultplane.core.store import open_store

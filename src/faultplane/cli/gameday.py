@@ -25,7 +25,13 @@ err_console = Console(stderr=True)
 
 VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value for every experiment")]
 VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables")]
-StoreOpt = Annotated[str | None, typer.Option("--store", help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+    ),
+]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json | toon")]
 
 

@@ -22,7 +22,13 @@ PolicyOpt = Annotated[
     Path | None,
     typer.Option("--policy", help="policy file (default: faultplane.policy.yaml, $FAULTPLANE_POLICY)"),
 ]
-StoreOpt = Annotated[str | None, typer.Option("--store", help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+    ),
+]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json")]
 
 

@@ -35,7 +35,13 @@ def search(
     policy: Annotated[
         Path | None, typer.Option("--policy", help="policy file (default: the one in force)")
     ] = None,
-    store: Annotated[str | None, typer.Option("--store", help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+        ),
+    ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
 ) -> None:
     """Search fault parameters for the combination that takes an SLO just past its bound.
