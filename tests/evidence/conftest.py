@@ -202,3 +202,29 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunSet]:
             run_ids.append(anyio.run(go).run_id)
         journals = [load_journal(r, store) for r in run_ids]
         yield RunSet(store=store, journals=journals, run_ids=run_ids, directory=base)
+
+
+# ---- chDB: ClickHouse 26.x embedded in this process ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one chDB data directory of this test process (chDB allows one per process)."""
+    pytest.importorskip("chdb", reason="chdb-core is not installed: pip install chdb-core")
+    return tmp_path_factory.mktemp("chdb")
+
+
+def chdb_store(chdb_dir: Path) -> Any:
+    """A fresh chDB store: a database of its own in the session's chDB directory."""
+    from faultplane.core.store_clickhouse import ClickHouseStore
+
+    return ClickHouseStore(f"chdb://{chdb_dir}?database=fp_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def chdb(chdb_dir: Path) -> Iterator[Any]:
+    store = chdb_store(chdb_dir)
+    try:
+        yield store
+    finally:
+        store.execute(f"DROP DATABASE IF EXISTS {store.database}")

@@ -3,10 +3,14 @@ real HTTP receiver on loopback; nothing at all when no endpoint is configured.""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import gzip
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from faultplane.core import telemetry
+from faultplane.core import otlp, telemetry
 
 
 def _ns(iso: str) -> int:
@@ -95,23 +99,47 @@ def test_failed_activities_and_runs_are_errors(real_runs: Any) -> None:
     assert spans["faultplane.activity inject-latency"].status.status_code == StatusCode.ERROR
 
 
-def test_no_endpoint_means_no_spans(real_runs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+_OTEL_VARS = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_SDK_DISABLED",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in _OTEL_VARS:
         monkeypatch.delenv(var, raising=False)
+
+
+def test_no_endpoint_means_nothing(
+    real_runs: Any, collector: tuple[str, list[Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert not telemetry.otlp_configured()
+    before = otlp.stats()
     telemetry.emit_journal_spans(real_runs.journals[0])
-    assert telemetry._provider is None
+    telemetry.shutdown(5)
+    assert otlp.stats() == before
+    assert capsys.readouterr().err == ""
 
 
 class _Collector(BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
+    received: list[tuple[str, dict[str, str], bytes]] = []
 
     def log_message(self, *args: object) -> None:
         pass
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        type(self).bodies.append(self.rfile.read(length))
+        body = self.rfile.read(length)
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        type(self).received.append((self.path, dict(self.headers.items()), body))
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -119,40 +147,68 @@ class _Collector(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def collector() -> Iterator[tuple[str, list[bytes]]]:
-    _Collector.bodies = []
+def collector() -> Iterator[tuple[str, list[Any]]]:
+    """A real OTLP/HTTP receiver on loopback: it records each POST's path, headers and (decompressed) body."""
+    _Collector.received = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", _Collector.bodies
+        yield f"http://127.0.0.1:{server.server_address[1]}", _Collector.received
     finally:
         server.shutdown()
         server.server_close()
 
 
-def test_otlp_export_to_a_real_receiver(
-    real_runs: Any, collector: tuple[str, list[bytes]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+def _with_load(journal: dict[str, Any]) -> dict[str, Any]:
+    j = copy.deepcopy(journal)
+    j["gates"] = {
+        "samples": [
+            {"gate": "errors", "sli": "error_rate", "value": v, "ts": 1.0 + i}
+            for i, v in enumerate((0.0, 0.02, 0.5))
+        ],
+        "breach": None,
+    }
+    j["load"] = {"series": [{"t": t, "p50": 10.0 + t, "p95": 40.0, "p99": 90.0 + t} for t in range(4)]}
+    return j
+
+
+def _decode(received: list[Any]) -> tuple[list[Any], set[str], dict[str, Any]]:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    url, bodies = collector
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+    spans, services, metrics = [], set(), {}
+    for path, _headers, body in received:
+        if path == "/v1/traces":
+            for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
+                services |= {a.value.string_value for a in rs.resource.attributes if a.key == "service.name"}
+                for ss in rs.scope_spans:
+                    spans += list(ss.spans)
+        elif path == "/v1/metrics":
+            for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        metrics[m.name] = m
+        else:
+            raise AssertionError(f"unexpected OTLP path {path}")
+    return spans, services, metrics
+
+
+def test_otlp_export_to_a_real_receiver(
+    real_runs: Any, collector: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, received = collector
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url + "/")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "faultplane-test")
-    journal = real_runs.journals[3]
-    try:
-        telemetry.emit_journal_spans(journal)
-    finally:
-        telemetry.shutdown()
-    assert bodies, "the OTLP receiver got nothing"
-    spans, services = [], set()
-    for body in bodies:
-        req = ExportTraceServiceRequest.FromString(body)
-        for rs in req.resource_spans:
-            services |= {a.value.string_value for a in rs.resource.attributes if a.key == "service.name"}
-            for ss in rs.scope_spans:
-                spans += list(ss.spans)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=blue%20team,authorization=Bearer t0k")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    journal = _with_load(real_runs.journals[3])
+    telemetry.emit_journal_spans(journal)
+    telemetry.shutdown(10)
+    assert received, "the OTLP receiver got nothing"
+    spans, services, metrics = _decode(received)
+    assert {h["x-tenant"] for _, h, _ in received} == {"blue team"}
+    assert {h["authorization"] for _, h, _ in received} == {"Bearer t0k"}
     assert services == {"faultplane-test"}
     run = next(s for s in spans if s.name == "faultplane.run")
     attrs = {a.key: a.value for a in run.attributes}
@@ -160,3 +216,98 @@ def test_otlp_export_to_a_real_receiver(
     # the trace id is derived from the run id, so a journal leads to its trace
     assert int.from_bytes(run.trace_id, "big") == telemetry.trace_id_for(journal["run_id"])
     assert len(spans) == 1 + 4 + 4  # run, four phases, four activities
+    gate = metrics["faultplane.gate.sample"].histogram.data_points
+    assert sum(p.count for p in gate) == 3 and abs(sum(p.sum for p in gate) - 0.52) < 1e-9
+    lat = {
+        next(a.value.string_value for a in p.attributes if a.key == "resilience.load.quantile"): p
+        for p in metrics["faultplane.load.latency"].histogram.data_points
+    }
+    assert lat["p99"].count == 4 and lat["p99"].sum == 90 * 4 + 6 and lat["p99"].max == 93.0
+    assert metrics["faultplane.load.latency"].unit == "ms"
+    assert "faultplane.run.duration" in metrics
+
+
+def test_signal_endpoints_and_exporter_choice(
+    real_runs: Any, collector: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, received = collector
+    # a signal's own endpoint is used as given; metrics off
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url + "/custom/traces")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry.emit_journal_spans(real_runs.journals[0])
+    telemetry.shutdown(10)
+    assert [p for p, _, _ in received] == ["/custom/traces"]
+    received.clear()
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    telemetry.emit_journal_spans(real_runs.journals[0])
+    telemetry.shutdown(10)
+    assert received == []
+    monkeypatch.delenv("OTEL_SDK_DISABLED")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    telemetry.emit_journal_spans(real_runs.journals[0])
+    telemetry.shutdown(10)
+    assert received == []
+
+
+def test_console_exporter_writes_json_lines_to_stderr(
+    real_runs: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
+    telemetry.emit_journal_spans(_with_load(real_runs.journals[0]))
+    out = capsys.readouterr()
+    assert out.out == ""  # stdout stays the command's (JSON output must stay parseable)
+    docs = [json.loads(line) for line in out.err.splitlines()]
+    names = {d.get("name") for d in docs}
+    assert "faultplane.run" in names
+    metric_names = {
+        m["name"]
+        for d in docs
+        for rm in d.get("resource_metrics", [])
+        for sm in rm["scope_metrics"]
+        for m in sm["metrics"]
+    }
+    assert {"faultplane.gate.sample", "faultplane.load.latency"} <= metric_names
+
+
+def test_unsupported_settings_warn_once_and_export_nothing(
+    real_runs: Any, collector: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    url, received = collector
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    telemetry.emit_journal_spans(real_runs.journals[0])
+    telemetry.shutdown(5)
+    assert received == []
+    assert any("http/protobuf" in r.getMessage() for r in caplog.records)
+
+
+def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) -> None:
+    """A real CLI run with the collector's port closed: the run succeeds, one line says what was dropped."""
+    from clihelp import cli
+    from conftest import LAB_POLICY, free_port
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(LAB_POLICY, encoding="utf-8")
+    exp = tmp_path / "exp.json"
+    probe = {
+        "type": "probe",
+        "name": "p",
+        "tolerance": {"type": "range", "range": [0, 200]},
+        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
+    }
+    exp.write_text(
+        json.dumps(
+            {"title": "t", "steady-state-hypothesis": {"title": "h", "probes": [probe]}, "method": [probe]}
+        ),
+        encoding="utf-8",
+    )
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAULTPLANE_POLICY", str(policy))
+        mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
+        proc = cli("run", str(exp), "--output", "json")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert dead in lines[0] and "dropped" in lines[0] and "spans" in lines[0]

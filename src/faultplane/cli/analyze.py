@@ -39,12 +39,10 @@ ExperimentOpt = Annotated[
 
 
 def _open(store: str | None) -> Any:
-    from faultplane.core.store_clickhouse import ClickHouseStoreError, open_store
+    from faultplane.core.store import open_store
 
-    try:
-        return open_store(store if store is not None else os.environ.get("FAULTPLANE_STORE"))
-    except ClickHouseStoreError as exc:
-        _fail(str(exc))
+    # a store error reaches cli.main, which prints it on one line
+    return open_store(store if store is not None else os.environ.get("FAULTPLANE_STORE"))
 
 
 def _fail(message: str, code: int = 2) -> Any:

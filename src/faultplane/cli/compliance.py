@@ -57,17 +57,23 @@ def report(
     ] = None,
     framework: Annotated[list[str] | None, typer.Option("--framework", "-f", help="limit the scope")] = None,
     rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
-    store: Annotated[Path | None, typer.Option("--store", help="DuckDB store file")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+        ),
+    ] = None,
 ) -> None:
     """Coverage from the evidence store: requirements with evidence, gaps, testing frequency, RTO met."""
-    from faultplane.core.store import Store
+    from faultplane.core.store import open_store
     from faultplane.services.compliance import ComplianceError, coverage_report, render_markdown, write_report
 
     if fmt not in (None, "html", "markdown", "json"):
         err_console.print(f"[red]--format: {fmt!r} is not a format[/]; fix: use html, markdown or json")
         raise typer.Exit(2)
     try:
-        rep = coverage_report(Store(store), frameworks=framework or None, rto_seconds=rto)
+        rep = coverage_report(open_store(store), frameworks=framework or None, rto_seconds=rto)
         if out is not None:
             path = write_report(rep, out, fmt)  # type: ignore[arg-type]
             console.print(f"wrote {path} — coverage {rep.coverage:.0%}, {len(rep.gaps)} gap(s)")

@@ -26,7 +26,11 @@ err_console = Console(stderr=True)
 
 StoreOpt = Annotated[
     str | None,
-    typer.Option("--store", help="DuckDB store file (default: $FAULTPLANE_STORE or the XDG data dir)"),
+    typer.Option(
+        "--store",
+        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir "
+        "(default: $FAULTPLANE_STORE or the XDG data dir)",
+    ),
 ]
 VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value; overrides configuration")]
 VarFileOpt = Annotated[

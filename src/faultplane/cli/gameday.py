@@ -24,7 +24,11 @@ err_console = Console(stderr=True)
 VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value for every experiment")]
 VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables")]
 StoreOpt = Annotated[
-    Path | None, typer.Option("--store", help="DuckDB store file (default: $FAULTPLANE_STORE)")
+    str | None,
+    typer.Option(
+        "--store",
+        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+    ),
 ]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json | toon")]
 
@@ -59,10 +63,10 @@ def emit(data: Any, output: str) -> bool:
     return True
 
 
-def _store(path: Path | None) -> Any:
-    from faultplane.core.store import Store
+def _store(path: str | None) -> Any:
+    from faultplane.core.store import open_store
 
-    return Store(path)
+    return open_store(path)
 
 
 def _print_analysis(a: Any) -> None:

@@ -22,7 +22,11 @@ PolicyOpt = Annotated[
     typer.Option("--policy", help="policy file (default: faultplane.policy.yaml, $FAULTPLANE_POLICY)"),
 ]
 StoreOpt = Annotated[
-    Path | None, typer.Option("--store", help="DuckDB store file (default: $FAULTPLANE_STORE)")
+    str | None,
+    typer.Option(
+        "--store",
+        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+    ),
 ]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json")]
 
@@ -37,10 +41,10 @@ def _variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
     return values
 
 
-def _store(path: Path | None) -> Any:
-    from faultplane.core.store import Store
+def _store(path: str | None) -> Any:
+    from faultplane.core.store import open_store
 
-    return Store(path)
+    return open_store(path)
 
 
 def _fail(message: str, code: int = 2) -> None:

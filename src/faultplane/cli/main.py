@@ -228,6 +228,12 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if debug:
             raise
+        from faultplane.core.clickhouse_wire import ClickHouseStoreError
+
+        if isinstance(exc, ClickHouseStoreError):
+            # a store that cannot be reached or is misconfigured: one line naming it and what to check
+            sys.stderr.write(f"error: {exc}\n")
+            raise SystemExit(2) from None
         sys.stderr.write(
             f"faultplane: {_one_line(exc)}\n  run again with --debug for the traceback; if the cause is not "
             "yours, report it with that traceback\n"

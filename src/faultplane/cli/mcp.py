@@ -53,7 +53,10 @@ def serve(
     stateless: bool = typer.Option(False, help="HTTP: no sessions (each request stands alone)"),
     json_response: bool = typer.Option(False, help="HTTP: answer with JSON bodies instead of SSE streams"),
     seed: int | None = typer.Option(None, help="seed of the fault rolls (drawn and audited when omitted)"),
-    store: Path | None = typer.Option(None, help="DuckDB store (default $FAULTPLANE_STORE or XDG data dir)"),
+    store: str | None = typer.Option(
+        None,
+        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+    ),
     text_format: TextFormat = typer.Option(
         TextFormat.toon, "--text-format", help="text block of results (structured content is always JSON)"
     ),

@@ -12,6 +12,8 @@ from typing import Any
 
 import typer
 
+_STORE_HELP = "store file (DuckDB) or URL: clickhouse://user:pass@host:8123/db, chdb:///dir (default: $FAULTPLANE_STORE)"
+
 app = typer.Typer(
     help="Tool-call-plane chaos: inject MCP faults (offline or via a proxy) and measure what agents feel.",
     no_args_is_help=True,
@@ -216,7 +218,7 @@ def validate(plan: Path = typer.Argument(..., help="fault plan file")) -> None:
 @app.command()
 def report(
     session: str | None = typer.Option(None, "--session", "-s", help="proxy session id (default: latest)"),
-    store: Path | None = typer.Option(None, "--store", help="store file (default: $FAULTPLANE_STORE)"),
+    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
     list_sessions_: bool = typer.Option(False, "--list", help="list recorded proxy sessions"),
     as_json: bool = typer.Option(False, "--json"),
     as_toon: bool = typer.Option(False, "--toon", help="print the metrics as TOON (compact, for agents)"),
@@ -272,7 +274,7 @@ def proxy_stdio(
     session: str | None = typer.Option(
         None, "--session", help="session id to record under (default: a new one; a repeated id appends)"
     ),
-    store: Path | None = typer.Option(None, "--store", help="store file (default: $FAULTPLANE_STORE)"),
+    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
     no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
 ) -> None:
     """Wrap a stdio MCP server: faultplane plane proxy stdio --plan P -- CMD ARGS..."""
@@ -303,7 +305,7 @@ def proxy_http(
     session: str | None = typer.Option(
         None, "--session", help="session id to record under (default: a new one; a repeated id appends)"
     ),
-    store: Path | None = typer.Option(None, "--store", help="store file (default: $FAULTPLANE_STORE)"),
+    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
     no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
     allow_host: list[str] = typer.Option([], "--allow-host", help="extra Host values (host:port or host:*)"),
     allow_origin: list[str] = typer.Option([], "--allow-origin", help="extra allowed Origin values"),

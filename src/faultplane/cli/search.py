@@ -33,7 +33,13 @@ def search(
     policy: Annotated[
         Path | None, typer.Option("--policy", help="policy file (default: the one in force)")
     ] = None,
-    store: Annotated[Path | None, typer.Option("--store", help="DuckDB store file")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
+        ),
+    ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
 ) -> None:
     """Search fault parameters for the combination that takes an SLO just past its bound.
@@ -43,7 +49,7 @@ def search(
 
     Exit 0 when a breaching configuration was found, 1 when none was within the budget, 3 when the policy
     refused a trial, 2 on bad input."""
-    from faultplane.core.store import Store
+    from faultplane.core.store import open_store
     from faultplane.services.search import load_search_spec, run_search, with_overrides
 
     quiet = output != "text"
@@ -65,7 +71,7 @@ def search(
         )
         result = anyio.run(
             lambda: run_search(
-                s, store=Store(store) if store else None, on_trial=progress, policy_path=policy
+                s, store=open_store(store) if store else None, on_trial=progress, policy_path=policy
             )
         )
     except ExperimentError as exc:

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from faultplane.core.store import Store
 
-__all__ = ["HISTORY_LIMIT", "RECORDED_STATUSES", "drop_index", "family_runs", "record_run"]
+__all__ = [
+    "HISTORY_LIMIT",
+    "RECORDED_STATUSES",
+    "drop_index",
+    "family_runs",
+    "query_family_runs",
+    "record_run",
+]
 
 # the runs that count as history: a finished run of any outcome, never a dry run or a refusal
 RECORDED_STATUSES = ("completed", "failed", "deviated", "aborted", "interrupted")
@@ -136,3 +143,16 @@ def family_runs(
             rows = [_row(*r) for r in found]
             _write(store.path, family, rows)
     return rows[:limit]
+
+
+def query_family_runs(store: Any, family: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
+    """The family's newest runs straight from the database, in SQL both engines read alike (no boolean
+    literals: ClickHouse before 21.x has none; FINAL on ClickHouse, where a re-written run is a newer row)."""
+    final = " FINAL" if getattr(store, "dialect", "duckdb") == "clickhouse" else ""
+    placeholders = ", ".join("?" for _ in RECORDED_STATUSES)
+    return store.query(
+        "SELECT run_id, status, steady_state_before, steady_state_after, blast_stage, started_at "
+        f"FROM runs{final} WHERE experiment_family = ? AND status IN ({placeholders}) "
+        "AND (dry_run IS NULL OR NOT dry_run) ORDER BY started_at DESC NULLS LAST, run_id DESC LIMIT ?",
+        [family, *RECORDED_STATUSES, int(limit)],
+    )

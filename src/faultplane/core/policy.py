@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from faultplane.core import approval as approvals
 from faultplane.core.formats import load_yaml
 from faultplane.core.gates import LOAD_SLIS, GateSpec
-from faultplane.core.history import RECORDED_STATUSES, family_runs
+from faultplane.core.history import family_runs, query_family_runs
 
 if TYPE_CHECKING:
     from faultplane.core.store import Store
@@ -1062,13 +1062,7 @@ def _family_runs(
 
 
 def _query_family_runs(store: Any, family: str, limit: int) -> list[dict[str, Any]]:
-    placeholders = ", ".join("?" for _ in RECORDED_STATUSES)
-    return store.query(
-        "SELECT status, steady_state_before, steady_state_after, blast_stage, started_at FROM runs "
-        f"WHERE experiment_family = ? AND status IN ({placeholders}) AND coalesce(dry_run, false) = false "
-        "ORDER BY started_at DESC NULLS LAST LIMIT ?",
-        [family, *RECORDED_STATUSES, limit],
-    )
+    return query_family_runs(store, family, limit)
 
 
 def green_streak(store: Store | None, family: str) -> tuple[int | None, int]:

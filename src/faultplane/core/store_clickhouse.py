@@ -1,28 +1,48 @@
-"""The evidence store on a ClickHouse server, for fleets: same tables, same `query/execute/insert/ensure_schema`.
+"""The evidence store on ClickHouse, for fleets: same tables, same `query/execute/insert/ensure_schema`.
 
-Selected with a URL, `clickhouse://user:password@host:8123/database` (HTTP) or `clickhouses://...` (HTTPS), through
-`open_store(url_or_path)`. Talks to the server over its HTTP interface with clickhouse-connect.
+Selected with a URL through `open_store(url_or_path)`:
+- `clickhouse://user:password@host:8123/database` (HTTP) or `clickhouses://...` (HTTPS): a ClickHouse server.
+- `chdb:///path/to/dir?database=name`: chDB, ClickHouse embedded in this process (the `chdb-core` package), the
+  same SQL as the fleet server on a laptop.
+
+Statements travel as text (`core.clickhouse_wire`): values inlined as SQL literals, results as JSONCompact, rows in
+as JSONEachRow, which read the same from ClickHouse 18.16 (Debian's server) to 26.x (chDB).
 
 What differs from the DuckDB store, and why:
-- Timestamps are stored as Float64 epoch seconds and booleans as UInt8 (portable down to ClickHouse 18.16, the
-  version Debian ships); `query` turns the known timestamp/boolean columns back into aware datetimes and bools.
+- Timestamps are stored as Float64 epoch seconds and booleans as UInt8 (portable down to ClickHouse 18.16);
+  `query` turns the known timestamp/boolean columns back into aware datetimes and bools.
 - Keyed tables are ReplacingMergeTree with a `_version` column: re-writing a run inserts a newer version, and
   readers that need exactly one row per key add `FINAL` (the evidence service does).
-- SQL placeholders: `?` and `$name` (DuckDB style) are accepted and bound client-side.
+- A finished run's rows are queued beside the journal file first (as on DuckDB): if the server cannot be reached,
+  the marker stays and the next operation on the same store, in any process, writes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import hashlib
 import json
+import logging
 import os
 import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from faultplane.core.clickhouse_wire import (
+    ChdbWire,
+    ClickHouseStoreError,
+    HttpWire,
+    Wire,
+    _epoch,
+    _UnknownDatabase,
+    bind,
+    decode_compact,
+)
 from faultplane.core.migrations import (
     BOOLEAN_COLUMNS,
     CORE_MIGRATIONS,
@@ -37,75 +57,45 @@ __all__ = [
     "is_clickhouse_url",
     "journal_rows",
     "open_store",
-    "translate_placeholders",
 ]
 
-_SCHEMES = ("clickhouse", "clickhouses", "clickhouse+http", "clickhouse+https")
-
-
-class ClickHouseStoreError(RuntimeError):
-    """The ClickHouse store could not be reached or refused a statement; the message says what to fix."""
+_HTTP_SCHEMES = ("clickhouse", "clickhouses", "clickhouse+http", "clickhouse+https")
+_SCHEMES = (*_HTTP_SCHEMES, "chdb")
+_log = logging.getLogger("faultplane.store")
 
 
 def is_clickhouse_url(value: object) -> bool:
-    return isinstance(value, str) and value.split("://", 1)[0].lower() in _SCHEMES and "://" in value
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    return isinstance(value, str) and "://" in value and value.split("://", 1)[0].lower() in _SCHEMES
 
 
 def open_store(url_or_path: str | os.PathLike[str] | None = None) -> Any:
-    """A DuckDB `Store` for a path (or the default), a `ClickHouseStore` for a `clickhouse://` URL.
+    """A DuckDB `Store` for a path (or the default), a `ClickHouseStore` for a `clickhouse://` or `chdb://` URL.
 
     Without an argument, `$FAULTPLANE_STORE` decides, so `FAULTPLANE_STORE=clickhouse://...` routes every surface.
+    Any other `scheme://` is refused with the forms that work (it would otherwise become a file of that name).
     """
     from faultplane.core.store import Store
 
-    target = url_or_path if url_or_path is not None else os.environ.get("FAULTPLANE_STORE")
+    target = url_or_path if url_or_path is not None else os.environ.get("FAULTPLANE_STORE") or None
+    if (
+        isinstance(target, str)
+        and re.match(r"^[A-Za-z][\w+.-]*://", target)
+        and not is_clickhouse_url(target)
+    ):
+        raise ClickHouseStoreError(
+            f"store: {_redact(target)!r} is neither a file nor a store URL; fix: a DuckDB file path, "
+            "clickhouse://user:password@host:8123/database, or chdb:///path/to/dir"
+        )
     if is_clickhouse_url(target):
         return ClickHouseStore(str(target))
     return Store(target)
 
 
-def translate_placeholders(sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> str:
-    """DuckDB placeholders (`?`, `$name`) to clickhouse-connect's (`%s`, `%(name)s`), outside string literals."""
-    if params is None:
-        return sql
-    out: list[str] = []
-    i, n = 0, len(sql)
-    quote: str | None = None
-    while i < n:
-        ch = sql[i]
-        if quote:
-            out.append("%%" if ch == "%" else ch)
-            if ch == "\\" and i + 1 < n:
-                out.append(sql[i + 1])
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch in ("'", '"', "`"):
-            quote = ch
-            out.append(ch)
-        elif ch == "%":
-            out.append("%%")
-        elif ch == "?":
-            out.append("%s")
-        elif ch == "$" and isinstance(params, Mapping):
-            m = re.match(r"\$([A-Za-z_]\w*)", sql[i:])
-            if m:
-                out.append(f"%({m.group(1)})s")
-                i += len(m.group(0))
-                continue
-            out.append(ch)
-        else:
-            out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _epoch(value: dt.datetime) -> float:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    # Float64 epoch seconds resolve ~0.5 us today; _from_epoch rounds back to the microsecond exactly.
-    return value.timestamp()
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 
 def _from_epoch(value: Any) -> Any:
@@ -113,16 +103,6 @@ def _from_epoch(value: Any) -> Any:
         whole = int(value // 1)
         micros = round((value - whole) * 1e6)
         return dt.datetime.fromtimestamp(whole, dt.UTC) + dt.timedelta(microseconds=micros)
-    return value
-
-
-def _param(value: Any) -> Any:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, dt.datetime):
-        return _epoch(value)
-    if isinstance(value, list | tuple):
-        return [_param(v) for v in value]
     return value
 
 
@@ -134,86 +114,74 @@ def _boolean_names() -> set[str]:
     return set().union(*BOOLEAN_COLUMNS.values()) if BOOLEAN_COLUMNS else set()
 
 
-def _legacy_tolerant_client_class() -> type:
-    """clickhouse-connect's HTTP client, able to start against servers older than ClickHouse 20.
-
-    Its handshake reads `system.settings.readonly`, a column those servers lack (Debian bookworm ships 18.16). On
-    exactly that error we redo the handshake with the column filled in as 0 (settings not read-only), which is
-    what those servers mean; on a current server the stock handshake runs untouched.
-    """
-    from clickhouse_connect.driver._backend.orchestration import (
-        InitializationResult,
-        ServerInfo,
-        _setting_definitions,
-    )
-    from clickhouse_connect.driver.exceptions import DatabaseError
-    from clickhouse_connect.driver.httpclient import HttpClient
-
-    class _Client(HttpClient):
-        legacy = False
-
-        def _init_common_settings(self, tz_source: Any) -> None:
-            try:
-                super()._init_common_settings(tz_source)
-            except DatabaseError as exc:
-                if "readonly" not in str(exc):
-                    raise
-                version = self.command("SELECT version()", use_database=False)
-                rows = self.query(
-                    "SELECT name, value, toUInt8(0) AS readonly FROM system.settings LIMIT 10000"
-                ).named_results()
-                self._apply_init_result(
-                    InitializationResult(
-                        server_info=ServerInfo(
-                            version=str(version), timezone=dt.UTC, settings=_setting_definitions(list(rows))
-                        ),
-                        client_setting_writes=(),
-                        protocol_version=0,
-                        timezone_dst_safe=True,
-                        apply_server_timezone=True,
-                    )
-                )
-                self.legacy = True
-
-    return _Client
-
-
 def _parse_url(url: str) -> dict[str, Any]:
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "chdb":
+        rest = url.split("://", 1)[1]
+        path, _, qs = rest.partition("?")
+        query = {k: v[-1] for k, v in parse_qs(qs).items()}
+        database = query.get("database", "faultplane")
+        if not path:
+            raise ClickHouseStoreError(f"store: {url!r} has no directory; fix: chdb:///path/to/dir")
+        _check_database(database, url)
+        return {
+            "kind": "chdb",
+            "path": os.path.abspath(os.path.expanduser(unquote(path))),
+            "database": database,
+        }
     u = urlparse(url)
-    scheme = u.scheme.lower()
-    if scheme not in _SCHEMES:
+    if scheme not in _HTTP_SCHEMES:
         raise ClickHouseStoreError(
             f"store: {url!r} is not a ClickHouse URL; fix: use clickhouse://user:password@host:8123/database"
         )
     if not u.hostname:
         raise ClickHouseStoreError(
-            f"store: {url!r} has no host; fix: clickhouse://user:password@host:8123/db"
+            f"store: {_redact(url)!r} has no host; fix: clickhouse://user:password@host:8123/db"
         )
     secure = scheme in ("clickhouses", "clickhouse+https")
     query = {k: v[-1] for k, v in parse_qs(u.query).items()}
     database = u.path.strip("/") or "default"
-    if not re.fullmatch(r"\w+", database):
-        raise ClickHouseStoreError(
-            f"store: database {database!r} in {url!r} is not a plain identifier; fix: letters, digits, _ only"
-        )
+    _check_database(database, _redact(url))
     try:
         port = u.port or (8443 if secure else 8123)
     except ValueError:
-        raise ClickHouseStoreError(f"store: the port in {url!r} is not a number; fix: host:8123") from None
+        raise ClickHouseStoreError(
+            f"store: the port in {_redact(url)!r} is not a number; fix: host:8123"
+        ) from None
+    try:
+        connect_timeout = float(query.get("connect_timeout", 10))
+        timeout = float(query.get("timeout", 300))
+    except ValueError:
+        raise ClickHouseStoreError(
+            f"store: connect_timeout/timeout in {_redact(url)!r} must be seconds; fix: ?timeout=30"
+        ) from None
     return {
+        "kind": "http",
         "host": u.hostname,
         "port": port,
         "username": unquote(u.username) if u.username else "default",
         "password": unquote(u.password) if u.password else "",
         "database": database,
         "secure": secure,
-        "connect_timeout": float(query.get("connect_timeout", 10)),
-        "send_receive_timeout": float(query.get("timeout", 300)),
+        "connect_timeout": connect_timeout,
+        "timeout": timeout,
     }
 
 
+def _check_database(database: str, url: str) -> None:
+    if not re.fullmatch(r"[A-Za-z_]\w*", database):
+        raise ClickHouseStoreError(
+            f"store: database {database!r} in {url!r} is not a plain identifier; fix: letters, digits, _ only"
+        )
+
+
+def _pending_root() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "faultplane" / "pending"
+
+
 class ClickHouseStore:
-    """A ClickHouse-server store with the surface of `faultplane.core.store.Store`."""
+    """A ClickHouse store (server over HTTP, or chDB in process) with the surface of `core.store.Store`."""
 
     dialect = "clickhouse"
     _migrated: set[tuple[str, str]] = set()
@@ -223,72 +191,66 @@ class ClickHouseStore:
         self.url = url
         self._cfg = _parse_url(url)
         self.database: str = self._cfg["database"]
-        self._local = threading.local()
+        self._wire_obj: Wire | None = None
+        self._wire_lock = threading.Lock()
         self._column_types: dict[str, dict[str, str]] = {}
+        self._flushing = False
+        self.pending_dir = _pending_root() / hashlib.sha1(self.path.encode()).hexdigest()[:16]
         if migrate:
             self.ensure_schema("core", CORE_MIGRATIONS)
+        if self.has_pending():
+            self.flush()
 
     def __repr__(self) -> str:
-        c = self._cfg
-        return f"ClickHouseStore('clickhouse://{c['username']}@{c['host']}:{c['port']}/{self.database}')"
+        return f"ClickHouseStore({self.path!r})"
 
     @property
     def path(self) -> str:
-        """Where the store is, for messages (the DuckDB store has a file path here)."""
+        """Where the store is, without credentials, for messages (the DuckDB store has a file path here)."""
         c = self._cfg
-        return f"clickhouse://{c['host']}:{c['port']}/{self.database}"
+        if c["kind"] == "chdb":
+            return f"chdb://{c['path']}?database={self.database}"
+        scheme = "clickhouses" if c["secure"] else "clickhouse"
+        return f"{scheme}://{c['host']}:{c['port']}/{self.database}"
 
     # ---- connection ---------------------------------------------------------------------------------------
-    def _new_client(self, database: str) -> Any:
-        cls = _legacy_tolerant_client_class()
-        c = self._cfg
-        try:
-            return cls(
-                "https" if c["secure"] else "http",
-                c["host"],
-                c["port"],
-                c["username"],
-                c["password"],
-                database,
-                # servers before 19.x reject lz4-encoded request bodies; the store's traffic is small
-                compress=False,
-                connect_timeout=c["connect_timeout"],
-                send_receive_timeout=c["send_receive_timeout"],
-                # one session per client would serialise (and refuse) concurrent queries from threads
-                autogenerate_session_id=False,
-            )
-        except Exception as exc:
-            raise ClickHouseStoreError(
-                f"store: cannot reach ClickHouse at {c['host']}:{c['port']} ({type(exc).__name__}: {exc}); "
-                "fix: check the URL, that the server runs, and the user's password"
-            ) from None
-
     @property
-    def client(self) -> Any:
-        """A clickhouse-connect client for this thread (clients are not safe to share across threads)."""
-        client = getattr(self._local, "client", None)
-        if client is None:
-            try:
-                client = self._new_client(self.database)
-            except ClickHouseStoreError as exc:
-                if not re.search(r"UNKNOWN_DATABASE|Code: 81\b|Database \w+ doesn't exist", str(exc)):
-                    raise
-                admin = self._new_client("default")
-                admin.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
-                admin.close()
-                client = self._new_client(self.database)
-            self._local.client = client
-        return client
+    def _wire(self) -> Wire:
+        with self._wire_lock:
+            if self._wire_obj is None:
+                c = self._cfg
+                if c["kind"] == "chdb":
+                    self._wire_obj = ChdbWire(c["path"], c["database"])
+                else:
+                    self._wire_obj = HttpWire(**{k: v for k, v in c.items() if k != "kind"})
+            return self._wire_obj
+
+    def _run(
+        self,
+        sql: str,
+        *,
+        data: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        fmt: str | None = None,
+    ) -> str:
+        wire = self._wire
+        try:
+            return wire.run(sql, data=data, settings=settings, fmt=fmt)
+        except _UnknownDatabase:
+            if not isinstance(wire, HttpWire):
+                raise
+            wire.create_database()
+            return wire.run(sql, data=data, settings=settings, fmt=fmt)
 
     @property
     def server_version(self) -> str:
-        return str(self.client.server_version)
+        return str(self.query("SELECT version() AS v")[0]["v"])
 
     def close(self) -> None:
-        client = getattr(self._local, "client", None)
-        if client is not None:
-            client.close()
-            self._local.client = None
+        with self._wire_lock:
+            wire, self._wire_obj = self._wire_obj, None
+        if wire is not None:
+            wire.close()
 
     def connect(self, *, read_only: bool = False) -> Iterator[Any]:
         raise ClickHouseStoreError(
@@ -296,13 +258,12 @@ class ClickHouseStore:
             "faultplane.services.evidence.ingest_journals to write journals)"
         )
 
-    # ---- the Store surface --------------------------------------------------------------------------------
-    def _error(self, sql: str, exc: Exception) -> ClickHouseStoreError:
-        text = str(exc)
-        m = re.search(r"DB::Exception: (.*?)(?:, e\.what\(\)|\(version|$)", text)
-        reason = m.group(1) if m else text
-        return ClickHouseStoreError(f"sql: {reason.strip()} (in: {sql.strip()[:120]})")
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Nothing to hold open: each statement is one request (the DuckDB store keeps a connection here)."""
+        yield
 
+    # ---- the Store surface --------------------------------------------------------------------------------
     def execute(
         self,
         sql: str,
@@ -310,14 +271,7 @@ class ClickHouseStore:
         *,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
-        sql = _duckdb_statement(sql)
-        bound = None if params is None else _bind(params)
-        try:
-            self.client.command(translate_placeholders(sql, params), parameters=bound, settings=settings)
-        except ClickHouseStoreError:
-            raise
-        except Exception as exc:
-            raise self._error(sql, exc) from None
+        self._run(bind(_duckdb_statement(sql), params), settings=settings)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         for row in rows:
@@ -340,20 +294,13 @@ class ClickHouseStore:
         if limit is not None:
             opts.setdefault("max_result_rows", limit)
             opts.setdefault("result_overflow_mode", "break")
-        bound = None if params is None else _bind(params)
-        try:
-            result = self.client.query(
-                translate_placeholders(sql, params), parameters=bound, settings=opts or None
-            )
-        except Exception as exc:
-            raise self._error(sql, exc) from None
-        cols = list(result.column_names)
+        text = self._run(bind(sql, params), settings=opts or None, fmt="JSONCompact")
+        if not text.strip():
+            return [], []
+        cols, _types, rows = decode_compact(text)
         ts, bools = _timestamp_names(), _boolean_names()
         conv = [_from_epoch if c in ts else (_to_bool if c in bools else None) for c in cols]
-        rows = [
-            [f(v) if f is not None else v for f, v in zip(conv, row, strict=True)]
-            for row in result.result_rows
-        ]
+        rows = [[f(v) if f is not None else v for f, v in zip(conv, row, strict=True)] for row in rows]
         return cols, rows
 
     def query(
@@ -371,15 +318,15 @@ class ClickHouseStore:
         types = self._column_types.get(table)
         if types is None:
             # DESCRIBE's columns differ across server versions; system.columns is stable
-            rows = self.client.query(
-                "SELECT name, type FROM system.columns WHERE database = %s AND table = %s",
-                parameters=[self.database, table],
-            ).result_rows
+            rows = self.query(
+                "SELECT name, type FROM system.columns WHERE database = ? AND table = ?",
+                [self.database, table],
+            )
             if not rows:
                 raise ClickHouseStoreError(
                     f"table {table!r} does not exist in {self.path}; fix: create it with ensure_schema"
                 )
-            types = {name: typ for name, typ in rows}
+            types = {r["name"]: r["type"] for r in rows}
             self._column_types[table] = types
         return types
 
@@ -395,22 +342,22 @@ class ClickHouseStore:
             raise ClickHouseStoreError(
                 f"table {table!r} has no column(s) {', '.join(unknown)}; columns: {', '.join(types)}"
             )
-        data = [[_value(types[c], r.get(c)) for c in cols] for r in rows]
+        extra: dict[str, Any] = {}
         if "_version" in types and "_version" not in cols:
-            cols.append("_version")
-            v = version if version is not None else time.time_ns()
-            for row in data:
-                row.append(v)
-        try:
-            self.client.insert(table, data, column_names=cols, column_type_names=[types[c] for c in cols])
-        except Exception as exc:
-            raise self._error(f"INSERT INTO {table}", exc) from None
+            extra["_version"] = version if version is not None else time.time_ns()
+        lines = []
+        for r in rows:
+            doc = {c: _value(types[c], r.get(c)) for c in cols}
+            doc.update(extra)
+            lines.append(json.dumps(doc, ensure_ascii=False, default=str))
+        names = ", ".join([*cols, *extra])
+        self._run(f"INSERT INTO {table} ({names}) FORMAT JSONEachRow", data="\n".join(lines))
         return len(rows)
 
     def ensure_schema(self, owner: str, migrations: Sequence[Migration]) -> None:
         """Apply each named migration once, translated from DuckDB DDL. Tables are created IF NOT EXISTS and columns
         only when missing, so two processes migrating at once converge on the same schema."""
-        key = (self.url, owner)
+        key = (self.path, owner)
         with self._migrate_lock:
             if key in self._migrated:
                 return
@@ -434,11 +381,9 @@ class ClickHouseStore:
                             # another process added the same column between our check and our ALTER
                             if "already exists" not in str(exc):
                                 raise
-                self.client.insert(
-                    "schema_migrations",
-                    [[owner, name, time.time()]],
-                    column_names=["owner", "name", "applied_at"],
-                    column_type_names=["String", "String", "Float64"],
+                self.execute(
+                    "INSERT INTO schema_migrations (owner, name, applied_at) VALUES (?, ?, ?)",
+                    [owner, name, time.time()],
                 )
             self._column_types.clear()
             self._migrated.add(key)
@@ -467,15 +412,71 @@ class ClickHouseStore:
         for table in ("runs", "activities", "journals"):
             self.insert(table, tables[table], version=version)
 
+    # ---- finished runs, queued -----------------------------------------------------------------------------
+    def queue_journal(
+        self, journal_path: str | os.PathLike[str], run_id: str, blast_stage: int | None
+    ) -> None:
+        """Index a finished run's journal: a marker on local disk first, then the rows now. If the server cannot
+        take them, the marker stays, one line says where the journal is, and the next operation writes it."""
+        self.pending_dir.mkdir(parents=True, exist_ok=True)
+        marker = self.pending_dir / f"{run_id}.json"
+        tmp = self.pending_dir / f"{run_id}.tmp"
+        spec = {"journal": os.path.abspath(journal_path), "blast_stage": blast_stage, "store": self.path}
+        tmp.write_text(json.dumps(spec), encoding="utf-8")
+        tmp.replace(marker)
+        try:
+            self.flush(raise_errors=True)
+        except ClickHouseStoreError as exc:
+            _log.warning(
+                "store %s: run %s not written (%s); its journal is kept at %s and is written to the store by "
+                "the next command that reaches it",
+                self.path,
+                run_id,
+                exc,
+                os.path.abspath(journal_path),
+            )
+
+    def has_pending(self) -> bool:
+        try:
+            with os.scandir(self.pending_dir) as it:
+                return any(e.name.endswith(".json") for e in it)
+        except FileNotFoundError:
+            return False
+
+    def flush(self, *, raise_errors: bool = False) -> None:
+        """Write every queued journal now. An unreachable server leaves them queued (and raises if asked)."""
+        if self._flushing:
+            return
+        from faultplane.core.model import Journal
+
+        self._flushing = True
+        try:
+            for marker in sorted(self.pending_dir.glob("*.json")):
+                try:
+                    spec = json.loads(marker.read_text(encoding="utf-8"))
+                    body = Path(spec["journal"]).read_text(encoding="utf-8")
+                except FileNotFoundError:
+                    marker.unlink(missing_ok=True)
+                    continue
+                try:
+                    journal = Journal.model_validate_json(body)
+                except ValueError as exc:
+                    marker.replace(marker.with_suffix(".rejected"))
+                    _log.warning("store %s: could not index %s (%s)", self.path, spec.get("journal"), exc)
+                    continue
+                try:
+                    self.persist_journal(journal, body, spec["journal"], spec.get("blast_stage"))
+                except ClickHouseStoreError:
+                    if raise_errors:
+                        raise
+                    return
+                marker.unlink(missing_ok=True)
+        finally:
+            self._flushing = False
+
 
 def _to_bool(value: Any) -> Any:
     return bool(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-def _bind(params: Sequence[Any] | Mapping[str, Any]) -> Any:
-    if isinstance(params, Mapping):
-        return {k: _param(v) for k, v in params.items()}
-    return [_param(v) for v in params]
 
 
 def _value(ch_type: str, value: Any) -> Any:

@@ -1,9 +1,11 @@
-"""OpenTelemetry spans for finished runs: run -> phase -> activity, with `resilience.*` attributes.
+"""OpenTelemetry for finished runs: spans run -> phase -> activity with `resilience.*` attributes, and metrics
+(histograms of gate samples, load latency per second and run duration).
 
-The spans are made after the run from its journal, with the journal's own start and end times, so tracing never
-slows or breaks a run and a crashed run's rebuilt journal can be traced too. They are exported over OTLP/HTTP when
-`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the exporter reads the other standard
-`OTEL_EXPORTER_OTLP_*` variables: headers, timeout, compression); otherwise nothing is created at all.
+Both are made after the run from its journal, with the journal's own times, so telemetry never slows or breaks a
+run and a crashed run's rebuilt journal can be traced too. What is exported, and where, follows the standard
+`OTEL_*` variables (`core.otlp`): `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER` = `otlp` (OTLP/HTTP protobuf,
+sent in the background), `console` (JSON lines on stderr) or `none`; `OTEL_SDK_DISABLED=true` turns all off.
+With no exporter chosen and no OTLP endpoint set, nothing is created at all.
 
 The trace id is derived from the run id (`trace_id_for(run_id)`), so a run's trace can be found from its journal.
 The attribute namespace is documented in docs/evidence.md.
@@ -16,27 +18,24 @@ import datetime as dt
 import hashlib
 import logging
 import os
-import threading
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["emit_journal_spans", "otlp_configured", "shutdown", "trace_id_for"]
+__all__ = ["emit_journal_spans", "journal_metrics", "otlp_configured", "shutdown", "trace_id_for"]
 
 log = logging.getLogger(__name__)
 
-_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _FAULT_TYPES = ("latency", "error", "timeout", "resource_exhaustion", "network_partition")
 _FAILED_RUN = ("failed", "aborted", "interrupted")
 _pending_trace_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("fp_trace_id", default=None)
-_provider_lock = threading.Lock()
-_provider: Any = None
-_provider_key: tuple[str, ...] | None = None
 
 
 def otlp_configured() -> bool:
-    return any(os.environ.get(v, "").strip() for v in _ENDPOINT_VARS) and (
-        os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
-    )
+    """Some telemetry is to be exported (OTLP or console), per the standard variables."""
+    from faultplane.core import otlp
+
+    return otlp.configured()
 
 
 def trace_id_for(run_id: str) -> int:
@@ -55,48 +54,96 @@ def _id_generator() -> Any:
     return _RunIdGenerator()
 
 
-def _otlp_provider() -> Any:
-    """The process's OTLP provider, built once per endpoint configuration."""
-    global _provider, _provider_key
-    key = tuple(os.environ.get(v, "") for v in (*_ENDPOINT_VARS, "OTEL_SERVICE_NAME"))
-    with _provider_lock:
-        if _provider is not None and _provider_key == key:
-            return _provider
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError:
-            log.warning(
-                "OTEL_EXPORTER_OTLP_ENDPOINT is set but opentelemetry-exporter-otlp-proto-http is not installed; "
-                "no spans exported (pip install 'faultplane[evidence]')"
+def _resource() -> Any:
+    from opentelemetry.sdk.resources import Resource
+
+    import faultplane
+
+    # Resource.create also reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
+    attrs: dict[str, Any] = {"service.version": faultplane.__version__}
+    if not os.environ.get("OTEL_SERVICE_NAME"):
+        attrs["service.name"] = "faultplane"
+    return Resource.create(attrs)
+
+
+def _collect_spans(j: Mapping[str, Any]) -> list[Any]:
+    """The finished spans of one journal, built in memory (no exporter thread of the SDK's)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=_resource(), id_generator=_id_generator())
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    token = _pending_trace_id.set(trace_id_for(str(j.get("run_id"))))
+    try:
+        _emit(j, provider)
+    finally:
+        _pending_trace_id.reset(token)
+    return list(memory.get_finished_spans())
+
+
+def journal_metrics(j: Mapping[str, Any]) -> Any:
+    """The run's metrics as OpenTelemetry `MetricsData`: histograms `faultplane.gate.sample` (each gate sample's
+    value, by gate and SLI), `faultplane.load.latency` (ms; each second's p50/p95/p99 of the background load, by
+    `resilience.load.quantile`) and `faultplane.run.duration` (s, by status)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import faultplane
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(resource=_resource(), metric_readers=[reader])
+    meter = provider.get_meter("faultplane", faultplane.__version__)
+    family = j.get("family") or (j.get("experiment") or {}).get("title") or ""
+    gate = meter.create_histogram("faultplane.gate.sample", description="gate SLI samples during the method")
+    for sample in (j.get("gates") or {}).get("samples") or []:
+        value = sample.get("value")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            gate.record(
+                float(value),
+                _attrs(
+                    {
+                        "resilience.experiment.family": family,
+                        "resilience.gate.name": sample.get("gate"),
+                        "resilience.gate.sli": sample.get("sli"),
+                    }
+                ),
             )
-            return None
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        if _provider is not None:
-            _provider.shutdown()
-        import faultplane
-
-        resource = Resource.create(
-            {
-                "service.name": os.environ.get("OTEL_SERVICE_NAME") or "faultplane",
-                "service.version": faultplane.__version__,
-            }
+    load = j.get("load") or {}
+    latency = meter.create_histogram(
+        "faultplane.load.latency",
+        unit="ms",
+        description="per-second latency quantiles of the background load",
+    )
+    for row in (load.get("series") if isinstance(load, Mapping) else None) or []:
+        for q in ("p50", "p95", "p99"):
+            v = row.get(q)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                latency.record(
+                    float(v), {"resilience.experiment.family": family, "resilience.load.quantile": q}
+                )
+    if isinstance(j.get("duration"), int | float):
+        meter.create_histogram("faultplane.run.duration", unit="s").record(
+            float(j["duration"]),
+            {"resilience.experiment.family": family, "resilience.run.status": str(j.get("status"))},
         )
-        _provider = TracerProvider(resource=resource, id_generator=_id_generator())
-        _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        _provider_key = key
-        return _provider
+    data = reader.get_metrics_data()
+    provider.shutdown()
+    return data
 
 
-def shutdown() -> None:
-    """Flush and stop the OTLP exporter (also done at interpreter exit)."""
-    global _provider
-    with _provider_lock:
-        if _provider is not None:
-            _provider.shutdown()
-            _provider = None
+def _points(data: Any) -> int:
+    return sum(
+        len(m.data.data_points) for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    )
+
+
+def shutdown(timeout_s: float | None = None) -> None:
+    """Wait (bounded) for queued exports; also done at interpreter exit."""
+    from faultplane.core import otlp
+
+    otlp.drain(timeout_s)
 
 
 def _ns(value: Any) -> int | None:
@@ -198,31 +245,47 @@ def run_attributes(journal: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def emit_journal_spans(journal: Any, *, tracer_provider: Any = None) -> None:
-    """Spans for one finished run: `faultplane.run` -> `faultplane.phase <name>` -> `faultplane.activity <name>`.
+    """Spans (`faultplane.run` -> `faultplane.phase <name>` -> `faultplane.activity <name>`) and metrics of one
+    finished run.
 
-    With `tracer_provider` the spans go there (tests, or an application that owns its SDK setup); without it they
-    are exported over OTLP when an endpoint is configured, and nothing happens otherwise. Never raises: a broken
-    exporter must not turn a finished run into a failed one.
+    With `tracer_provider` the spans go there (tests, or an application that owns its SDK setup). Otherwise the
+    `OTEL_*` variables decide; OTLP batches are queued for a background thread and this returns at once. Never
+    raises: a broken exporter must not turn a finished run into a failed one.
     """
     try:
-        provider = (
-            tracer_provider
-            if tracer_provider is not None
-            else (_otlp_provider() if otlp_configured() else None)
-        )
-        if provider is None:
+        if tracer_provider is not None:
+            j = journal.model_dump(mode="json") if hasattr(journal, "model_dump") else journal
+            token = _pending_trace_id.set(trace_id_for(str(j.get("run_id"))))
+            try:
+                _emit(j, tracer_provider)
+            finally:
+                _pending_trace_id.reset(token)
+            return
+        from faultplane.core import otlp
+
+        traces, metrics = otlp.exporter("TRACES"), otlp.exporter("METRICS")
+        if traces == "none" and metrics == "none":
             return
         j = journal.model_dump(mode="json") if hasattr(journal, "model_dump") else journal
-        token = _pending_trace_id.set(trace_id_for(str(j.get("run_id"))))
-        try:
-            _emit(j, provider)
-        finally:
-            _pending_trace_id.reset(token)
-        if tracer_provider is None:
-            # a CLI process may exit right after the run: hand the batch to the exporter now
-            provider.force_flush(timeout_millis=5000)
-    except Exception as exc:  # tracing is best effort by design
-        log.warning("could not emit OpenTelemetry spans for run %s: %s", _run_id(journal), exc)
+        if traces != "none":
+            spans = _collect_spans(j)
+            if traces == "console":
+                for span in spans:
+                    sys.stderr.write(span.to_json(indent=None) + "\n")
+            elif (target := otlp.target("TRACES")) is not None:
+                from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+                otlp.send(target, encode_spans(spans).SerializeToString(), len(spans), "spans")
+        if metrics != "none":
+            data = journal_metrics(j)
+            if metrics == "console":
+                sys.stderr.write(data.to_json(indent=None) + "\n")
+            elif (target := otlp.target("METRICS")) is not None:
+                from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+                otlp.send(target, encode_metrics(data).SerializeToString(), _points(data), "metric points")
+    except Exception as exc:  # telemetry is best effort by design
+        log.warning("could not emit OpenTelemetry data for run %s: %s", _run_id(journal), exc)
 
 
 def _run_id(journal: Any) -> Any:

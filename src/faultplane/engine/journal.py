@@ -178,11 +178,12 @@ class JournalWriter:
         tmp = self.path.with_suffix(".json.tmp")
         tmp.write_text(body, encoding="utf-8")
         tmp.replace(self.path)
-        if isinstance(self.store, Store):
-            # the journal file is the record; its rows are written off the run's path (see core.store)
+        if self.store is not None:
+            # the journal file is the record; a marker beside it makes sure its rows are written even if the
+            # store cannot take them now (see core.store, core.store_clickhouse)
             self.store.queue_journal(self.path, j.run_id, blast_stage)
-        elif self.store is not None:
-            persist(self.store, j, body, str(self.path), blast_stage)
+            if not isinstance(self.store, Store):
+                _forget_cached_history()
         emit_journal_spans(j)  # no-op unless OTLP is configured; never raises
         return j
 

@@ -45,7 +45,7 @@ class ServerConfig:
     """How one server process runs: where its state lives and the seed of its fault rolls."""
 
     seed: int | None = None
-    store_path: Path | None = None
+    store_path: str | Path | None = None
     registry_path: Path | None = None
     actor: str = "mcp"
     # The text block of each result: TOON is compact for agents; structuredContent is always JSON.

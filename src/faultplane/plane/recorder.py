@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultplane.plane.faults import FaultEvent
@@ -90,9 +89,9 @@ def new_session_id() -> str:
 
 
 def plane_store(path: str | os.PathLike[str] | None = None) -> Store:
-    from faultplane.core.store import Store
+    from faultplane.core.store import open_store
 
-    store = Store(path)
+    store = open_store(path)
     store.ensure_schema("plane", PLANE_MIGRATIONS)
     return store
 
@@ -122,7 +121,8 @@ class Recorder:
         self.target = target
         self.plan = plan
         self.strict = strict
-        self.store_path = Path(store_path) if store_path else None
+        # a str keeps a store URL whole (Path would fold clickhouse:// into clickhouse:/)
+        self.store_path = str(store_path) if store_path else None
         self.enabled = enabled
         self._events: list[FaultEvent] = []
         self._calls: list[CallRecord] = []

@@ -54,6 +54,7 @@ class Requirement(_Strict):
     id: str
     reference: str
     title: str
+    url: str = Field(pattern=r"^https://", description="the official text of the requirement")
     evidence: str
     frequency_days: int = Field(gt=0)
     frequency_basis: str = ""
@@ -136,6 +137,23 @@ def split_known(ids: Iterable[str], catalog: Catalog | None = None) -> tuple[lis
     return good, bad
 
 
+def unknown_compliance_tags(tags: Iterable[Any], catalog: Catalog | None = None) -> list[str]:
+    """An experiment's tags that claim a requirement the catalog does not know: `compliance:<anything>`, or an id
+    with a framework's prefix (`DORA-99`). Other tags (`team:core`) are not compliance tags."""
+    cat = catalog or load_catalog()
+    known = set(cat.all_ids())
+    prefixes = {i.split("-", 1)[0] + "-" for i in known}
+    out = []
+    for t in tags:
+        if not isinstance(t, str):
+            continue
+        n = normalise_tag(t)
+        claims = t.strip().upper().startswith(TAG_PREFIX) or any(n.startswith(p) for p in prefixes)
+        if claims and n not in known and n not in out:
+            out.append(n)
+    return out
+
+
 # ---- the report ------------------------------------------------------------------------------------------
 
 Status = Literal["covered", "overdue", "gap"]
@@ -157,6 +175,7 @@ class RequirementCoverage(BaseModel):
     framework: str
     reference: str
     title: str
+    url: str = ""
     evidence_hint: str
     frequency_days: int
     frequency_basis: str
@@ -196,19 +215,34 @@ class CoverageReport(BaseModel):
 
 
 def _evidence_rows(store: Store, run_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Tagged, finished, non-dry runs with their journal bodies, in SQL DuckDB and ClickHouse (18.16 on) read
+    alike: no boolean literals or casts, FINAL where a re-written run is a newer row, bodies by a second query
+    instead of a join (old ClickHouse joins neither aliases nor USING the same way)."""
+    final = " FINAL" if getattr(store, "dialect", "duckdb") == "clickhouse" else ""
     sql = (
-        "SELECT r.run_id, r.experiment_title, r.status, r.steady_state_after, r.started_at, r.tags, j.body "
-        "FROM runs r LEFT JOIN journals j USING (run_id) "
-        "WHERE coalesce(r.dry_run, false) = false AND r.status NOT IN ('running', 'refused') "
-        "AND len(coalesce(r.tags, []::VARCHAR[])) > 0"
+        "SELECT run_id, experiment_title, status, steady_state_after, started_at, tags "
+        f"FROM runs{final} WHERE (dry_run IS NULL OR NOT dry_run) AND status NOT IN ('running', 'refused') "
+        "AND length(tags) > 0"
     )
     params: list[Any] = []
     if run_ids is not None:
         if not run_ids:
             return []
-        sql += f" AND r.run_id IN ({', '.join('?' for _ in run_ids)})"
+        sql += f" AND run_id IN ({', '.join('?' for _ in run_ids)})"
         params += list(run_ids)
-    return store.query(sql + " ORDER BY r.started_at DESC", params)
+    rows = store.query(sql + " ORDER BY started_at DESC, run_id", params or None)
+    ids = [r["run_id"] for r in rows]
+    bodies: dict[str, Any] = {}
+    for i in range(0, len(ids), 1000):
+        chunk = ids[i : i + 1000]
+        for b in store.query(
+            f"SELECT run_id, body FROM journals{final} WHERE run_id IN ({', '.join('?' for _ in chunk)})",
+            chunk,
+        ):
+            bodies[b["run_id"]] = b["body"]
+    for r in rows:
+        r["body"] = bodies.get(r["run_id"])
+    return rows
 
 
 def _recovery(body: str | None) -> tuple[float | None, bool | None, float | None]:
@@ -301,6 +335,7 @@ def coverage_report(
                 framework=fw.id,
                 reference=req.reference,
                 title=req.title,
+                url=req.url,
                 evidence_hint=req.evidence,
                 frequency_days=req.frequency_days,
                 frequency_basis=req.frequency_basis,

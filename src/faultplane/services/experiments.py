@@ -156,6 +156,20 @@ def validate_experiment(
     except ExperimentError as exc:
         return ValidationReport(valid=False, errors=exc.issues, warnings=getattr(exc, "warnings", []))
     report = ValidationReport(valid=True, title=p.experiment.title, warnings=p.warnings)
+    from faultplane.services.compliance import load_catalog, unknown_compliance_tags
+
+    catalog = load_catalog()
+    unknown = unknown_compliance_tags(p.experiment.tags or [], catalog)
+    if unknown:
+        report.valid = False
+        report.errors.append(
+            ValidationIssue(
+                field="tags",
+                message=f"unknown compliance requirement id(s): {', '.join(unknown)}",
+                fix=f"use one of {', '.join(catalog.all_ids())}",
+            )
+        )
+        return report
     if with_policy:
         decision = evaluate_policy(p, open_store(), policy_path, None)
         if decision is not None:

@@ -34,8 +34,11 @@ class NoSuchSessionError(LookupError):
 
 def _existing_store(path: str | os.PathLike[str] | None) -> Any:
     from faultplane.core.store import default_store_path
+    from faultplane.core.store_clickhouse import is_clickhouse_url
     from faultplane.plane.recorder import plane_store
 
+    if is_clickhouse_url(path or os.environ.get("FAULTPLANE_STORE")):
+        return plane_store(path)
     resolved = Path(path).expanduser() if path else default_store_path()
     if not resolved.is_file():
         hint = "check --store" if path else "set $FAULTPLANE_STORE or pass --store"

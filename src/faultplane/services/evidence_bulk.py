@@ -1,0 +1,260 @@
+"""Bulk ingest of journal files into a DuckDB store, at fleet rates: DuckDB's own JSON reader, no Python per journal.
+
+`evidence.ingest_journals` derives each journal's rows in Python (about 3,000 journals/s); here DuckDB reads
+newline-delimited journal files in parallel and derives the same `runs`, `activities`, `journals` and
+`run_metrics` rows in SQL. The SQL mirrors `evidence.run_metrics_row` and `store_clickhouse.journal_rows` rule for
+rule (tests/evidence/test_bulk_ingest.py checks both give the same rows on generated journals); when one of those
+changes, this changes with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from faultplane.core.migrations import EVIDENCE_MIGRATIONS
+from faultplane.services.evidence import FAULT_TYPES, EvidenceError
+
+__all__ = ["ingest_ndjson"]
+
+# JSON helpers: a JSON null is a value in DuckDB's JSON type, not SQL NULL, and Python's truthiness differs from SQL's
+_MACROS = [
+    "CREATE OR REPLACE TEMP MACRO fp_nn(x) AS CASE WHEN json_type(x) = 'NULL' THEN NULL ELSE x END",
+    "CREATE OR REPLACE TEMP MACRO fp_num(x) AS "
+    "CASE WHEN json_type(x) IN ('DOUBLE', 'BIGINT', 'UBIGINT') THEN x::DOUBLE END",
+    "CREATE OR REPLACE TEMP MACRO fp_str(x) AS CASE WHEN json_type(x) = 'VARCHAR' THEN x ->> '$' END",
+    "CREATE OR REPLACE TEMP MACRO fp_obj(x) AS CASE WHEN json_type(x) = 'OBJECT' THEN x END",
+    "CREATE OR REPLACE TEMP MACRO fp_truthy(x) AS coalesce(CASE json_type(x) "
+    "WHEN 'BOOLEAN' THEN x::BOOLEAN WHEN 'OBJECT' THEN len(json_keys(x)) > 0 "
+    "WHEN 'ARRAY' THEN json_array_length(x) > 0 WHEN 'VARCHAR' THEN (x ->> '$') <> '' "
+    "WHEN 'DOUBLE' THEN x::DOUBLE <> 0 WHEN 'BIGINT' THEN x::DOUBLE <> 0 WHEN 'UBIGINT' THEN x::DOUBLE <> 0 "
+    "ELSE false END, false)",
+    "CREATE OR REPLACE TEMP MACRO fp_list(x) AS "
+    "CASE WHEN json_type(x) = 'ARRAY' THEN from_json(x, '[\"json\"]') ELSE []::JSON[] END",
+]
+
+_SOURCE = """
+CREATE OR REPLACE TEMP TABLE _fp_src AS
+-- every field the rows need, extracted in one parse of each journal (each `->` on the whole body parses it again)
+SELECT id, body, json_type(j) AS kind,
+       x[1] AS run_id,
+       x[2] AS family,
+       x[3] AS status,
+       x[4] AS dry_run,
+       x[5] AS start_,
+       x[6] AS end_,
+       x[7] AS duration,
+       x[8] AS error,
+       x[9] AS seed,
+       x[10] AS controller_pid,
+       x[11] AS content_hash,
+       x[12] AS verdict,
+       x[13] AS exp_title,
+       x[14] AS exp_tags,
+       x[15] AS exp_estimate,
+       x[16] AS estimate,
+       x[17] AS stage,
+       x[18] AS before_met,
+       x[19] AS after_met,
+       x[20] AS before_probes,
+       x[21] AS after_probes,
+       x[22] AS run,
+       x[23] AS rollbacks,
+       x[24] AS recovery,
+       x[25] AS samples,
+       x[26] AS breach,
+       x[27] AS load
+FROM (
+    SELECT id, j, body, json_extract(j, ['$.run_id', '$.family', '$.status', '$.dry_run', '$.start', '$.end', '$.duration', '$.error', '$.seed', '$.controller_pid', '$.content_hash', '$.verdict', '$.experiment.title', '$.experiment.tags', '$.experiment.estimate', '$.estimate', '$.policy.stage', '$.steady_states.before.steady_state_met', '$.steady_states.after.steady_state_met', '$.steady_states.before.probes', '$.steady_states.after.probes', '$.run', '$.rollbacks', '$.steady_states.recovery', '$.gates.samples', '$.gates.breach', '$.load']) AS x FROM (
+        SELECT row_number() OVER () AS id, json AS j, json::VARCHAR AS body
+        FROM read_ndjson_objects($files, maximum_object_size = $max_size))
+    -- a run written twice keeps its last journal, as writing them one after the other would
+    QUALIFY row_number() OVER (PARTITION BY j ->> 'run_id' ORDER BY id DESC) = 1)
+"""
+
+_RUNS = """
+INSERT INTO runs (run_id, experiment_title, experiment_family, content_hash, status, dry_run, steady_state_before,
+                  steady_state_after, started_at, ended_at, duration_s, error, seed, controller_pid, journal_path,
+                  tags, blast_stage, verdict)
+SELECT fp_str(run_id), fp_str(exp_title), fp_str(family), fp_str(content_hash),
+       fp_str(status), fp_truthy(dry_run),
+       fp_nn(before_met)::BOOLEAN,
+       fp_nn(after_met)::BOOLEAN,
+       fp_str(start_)::TIMESTAMPTZ, fp_str(end_)::TIMESTAMPTZ, fp_num(duration),
+       fp_str(error), fp_nn(seed)::BIGINT, fp_nn(controller_pid)::INTEGER, NULL,
+       CASE WHEN json_type(exp_tags) = 'ARRAY'
+            THEN from_json(exp_tags, '["VARCHAR"]') ELSE []::VARCHAR[] END,
+       fp_nn(stage)::INTEGER, fp_str(verdict)
+FROM _fp_src
+"""
+
+# the order of journal_rows: method runs, rollbacks, then the probes before and after
+_ACTIVITIES = """
+WITH acts AS (
+    SELECT id, fp_str(run_id) AS run_id, 0 AS part, 'method' AS phase, unnest(fp_list(run)) AS a,
+           generate_subscripts(fp_list(run), 1) AS k FROM _fp_src
+    UNION ALL
+    SELECT id, fp_str(run_id), 1, 'rollbacks', unnest(fp_list(rollbacks)),
+           generate_subscripts(fp_list(rollbacks), 1) FROM _fp_src
+    UNION ALL
+    SELECT id, fp_str(run_id), 2, 'hypothesis_before', unnest(fp_list(before_probes)),
+           generate_subscripts(fp_list(before_probes), 1) FROM _fp_src
+    UNION ALL
+    SELECT id, fp_str(run_id), 3, 'hypothesis_after', unnest(fp_list(after_probes)),
+           generate_subscripts(fp_list(after_probes), 1) FROM _fp_src
+)
+INSERT INTO activities (run_id, seq, phase, name, type, status, started_at, ended_at, duration_s, output, error)
+SELECT run_id, (row_number() OVER (PARTITION BY id ORDER BY part, k) - 1)::INTEGER, phase,
+       fp_str(a -> 'activity' -> 'name'), fp_str(a -> 'activity' -> 'type'), fp_str(a -> 'status'),
+       fp_str(a -> 'start')::TIMESTAMPTZ, fp_str(a -> 'end')::TIMESTAMPTZ, fp_num(a -> 'duration'),
+       coalesce((a -> 'output')::VARCHAR, 'null'), fp_str(a -> 'exception')
+FROM acts
+"""
+
+_JOURNALS = "INSERT INTO journals (run_id, written_at, body) SELECT fp_str(run_id), now(), body FROM _fp_src"
+
+_METRICS = """
+WITH base AS MATERIALIZED (
+    SELECT *,
+           fp_obj(recovery) AS rec,
+           CASE WHEN fp_truthy(estimate) THEN estimate
+                WHEN fp_truthy(exp_estimate) THEN exp_estimate END AS est,
+           CASE WHEN json_exists(fp_obj(load), '$.summary') THEN fp_obj(load -> 'summary')
+                ELSE fp_obj(load) END AS load_fig
+    FROM _fp_src
+),
+checks AS MATERIALIZED (
+    SELECT id, k, fp_num(c -> 't') AS t, fp_truthy(c -> 'met') AS met FROM (
+        SELECT id, unnest(fp_list(rec -> 'checks')) AS c, generate_subscripts(fp_list(rec -> 'checks'), 1) AS k
+        FROM base WHERE fp_truthy(rec -> 'checks'))
+),
+passing AS (
+    SELECT id, k, t, first_value(t) OVER (PARTITION BY id, g ORDER BY k) AS run_start FROM (
+        SELECT *, sum(CASE WHEN met THEN 0 ELSE 1 END) OVER (PARTITION BY id ORDER BY k) AS g FROM checks)
+    WHERE met
+),
+sustained AS (
+    SELECT p.id, arg_min(p.run_start, p.k) AS ttr
+    FROM passing p JOIN base b USING (id)
+    WHERE p.t - p.run_start >= coalesce(fp_num(b.rec -> 'window_s'), 0.0)
+    GROUP BY p.id
+),
+recovery AS (
+    SELECT b.id,
+           CASE WHEN NOT fp_truthy(b.rec) THEN NULL
+                WHEN fp_truthy(b.rec -> 'checks') THEN s.ttr IS NOT NULL
+                ELSE fp_nn(b.rec -> 'steady_state_met')::BOOLEAN END AS met,
+           CASE WHEN NOT fp_truthy(b.rec) THEN NULL
+                WHEN fp_truthy(b.rec -> 'checks') THEN round(s.ttr, 6)
+                WHEN fp_truthy(b.rec -> 'steady_state_met') THEN fp_num(b.rec -> 'time_to_recover_s') END AS ttr,
+           CASE WHEN NOT fp_truthy(b.rec) THEN NULL
+                WHEN fp_truthy(b.rec -> 'checks') THEN coalesce(fp_num(b.rec -> 'window_s'), 0.0)
+                ELSE 0.0 END AS window_s
+    FROM base b LEFT JOIN sustained s USING (id)
+),
+gates AS (
+    SELECT id,
+           max(CASE WHEN fp_str(s -> 'sli') = 'error_rate' THEN fp_num(s -> 'value') END) AS err_peak,
+           max(CASE WHEN fp_str(s -> 'sli') = 'latency_p99' THEN fp_num(s -> 'value') END) AS p99_peak
+    FROM (SELECT id, unnest(fp_list(samples)) AS s FROM base)
+    GROUP BY id
+),
+actions AS MATERIALIZED (
+    SELECT id, k, a -> 'activity' AS act, fp_obj(a -> 'activity' -> 'provider' -> 'arguments') AS args,
+           fp_obj(a -> 'output') AS output,
+           lower(coalesce(fp_str(a -> 'activity' -> 'provider' -> 'driver'), '') || '.'
+                 || coalesce(fp_str(a -> 'activity' -> 'provider' -> 'name'), '')) AS pname
+    FROM (SELECT id, unnest(fp_list(run)) AS a, generate_subscripts(fp_list(run), 1) AS k FROM base)
+    WHERE fp_str(a -> 'activity' -> 'type') = 'action'
+),
+candidates AS (
+    SELECT id, k * 100 AS pos, fp_str(args -> 'fault_type') AS c FROM actions
+    UNION ALL SELECT id, k * 100 + 1, fp_str(fp_obj(args -> 'fault') -> 'type') FROM actions
+    UNION ALL SELECT id, k * 100 + 2,
+        fp_str(CASE WHEN fp_truthy(output -> 'fault_type') THEN output -> 'fault_type' ELSE output -> 'fault' END)
+        FROM actions
+    UNION ALL SELECT id, k * 100 + 3 + ft.i, ft.t FROM actions,
+        (SELECT unnest($fault_types) AS t, generate_subscripts($fault_types, 1) AS i) ft
+        WHERE contains(pname, ft.t) OR contains(pname, replace(ft.t, '_', '-'))
+),
+faults AS (
+    SELECT id, list(c ORDER BY pos) AS types FROM (
+        SELECT id, c, min(pos) AS pos FROM candidates WHERE list_contains($fault_types, c) GROUP BY id, c)
+    GROUP BY id
+),
+m AS (
+    SELECT b.id, b.run_id, b.family, b.exp_title, b.dry_run, b.start_, b.duration, b.breach, b.stage, b.est,
+           r.met, r.ttr, r.window_s, fp_str(b.status) AS status_s,
+           coalesce(fp_num(b.load_fig -> 'error_rate'), g.err_peak) AS err,
+           coalesce(fp_num(b.load_fig -> 'latency_p99_ms'), fp_num(b.load_fig -> 'latency_p99'), g.p99_peak) AS p99,
+           fp_num(b.est -> 'recovery_seconds') AS est_rec, f.types
+    FROM base b JOIN recovery r USING (id) LEFT JOIN gates g USING (id) LEFT JOIN faults f USING (id)
+)
+INSERT INTO run_metrics (run_id, experiment_key, experiment_title, status, passed, dry_run, started_at, duration_s,
+                         recovery_met, time_to_recover_s, recovery_window_s, est_recovery_s, est_error_rate,
+                         est_latency_p99_ms, actual_error_rate, actual_latency_p99_ms, gate_breached, fault_types,
+                         blast_stage, run_score)
+SELECT fp_str(run_id),
+       CASE WHEN fp_truthy(family) THEN fp_str(family) ELSE fp_str(exp_title) END,
+       fp_str(exp_title), status_s, coalesce(status_s = 'completed', false),
+       fp_truthy(dry_run), fp_str(start_)::TIMESTAMPTZ, fp_num(duration), met, ttr, window_s,
+       est_rec, fp_num(est -> 'error_rate'), fp_num(est -> 'latency_p99_ms'), err, p99,
+       fp_truthy(breach), coalesce(types, []::VARCHAR[]), fp_nn(stage)::INTEGER,
+       round(100.0 * (0.7 * (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END) + 0.3 * (
+           CASE WHEN met IS NULL THEN (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END)
+                WHEN NOT met THEN 0.0
+                WHEN est_rec IS NOT NULL AND ttr IS NOT NULL AND ttr > est_rec THEN 0.5
+                ELSE 1.0 END)), 6)
+FROM m
+"""
+
+
+def ingest_ndjson(
+    store: Any, files: Sequence[str | os.PathLike[str]], *, max_object_bytes: int = 64 * 1024 * 1024
+) -> int:
+    """Write every journal in `files` (one JSON journal per line) to a DuckDB store, replacing earlier rows of the
+    same runs, in one transaction; returns the number of journals."""
+    if getattr(store, "dialect", "duckdb") != "duckdb":
+        raise EvidenceError(
+            "store: bulk NDJSON ingest needs a DuckDB store; fix: use evidence.ingest_journals for ClickHouse"
+        )
+    paths = [str(Path(f)) for f in files]
+    if not paths:
+        return 0
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise EvidenceError(f"files: {missing[0]} does not exist; fix: pass journal files (NDJSON)")
+    store.ensure_schema("evidence", EVIDENCE_MIGRATIONS)
+    params = {"fault_types": list(FAULT_TYPES)}
+    with store.connect() as con:
+        for macro in _MACROS:
+            con.execute(macro)
+        con.execute(_SOURCE, {"files": paths, "max_size": max_object_bytes})
+        try:
+            n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
+            if not n:
+                return 0
+            bad = con.execute(
+                "SELECT count(*) FROM _fp_src WHERE kind <> 'OBJECT' OR fp_str(run_id) IS NULL"
+            ).fetchone()[0]
+            if bad:
+                raise EvidenceError(
+                    f"files: {bad} line(s) are not journals (a JSON object with a run_id); fix: one journal per line"
+                )
+            con.execute("BEGIN")
+            try:
+                for table in ("runs", "activities", "journals", "run_metrics"):
+                    con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT fp_str(run_id) FROM _fp_src)")
+                con.execute(_RUNS)
+                con.execute(_ACTIVITIES)
+                con.execute(_JOURNALS)
+                con.execute(_METRICS, params)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+            return int(n)
+        finally:
+            con.execute("DROP TABLE IF EXISTS _fp_src")

@@ -1,0 +1,132 @@
+"""The bulk NDJSON ingest (DuckDB's JSON reader and SQL) writes the rows the Python path writes, on generated
+journals with recovery checks, gate samples, load summaries and fault arguments; bad files fail in one line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_same_answers import journal
+
+from faultplane.core.store import Store
+from faultplane.services import evidence as ev
+from faultplane.services.evidence_bulk import ingest_ndjson
+
+FAULTS = ("latency", "error", "timeout", "resource_exhaustion", "network_partition", "bogus", None)
+
+
+@st.composite
+def rich_journal(draw: st.DrawFn, i: int) -> dict[str, Any]:
+    j = draw(journal(i))
+    if draw(st.booleans()):
+        ts = sorted(draw(st.lists(st.floats(0, 60, allow_nan=False), max_size=8)))
+        j["steady_states"]["recovery"] = {
+            "steady_state_met": draw(st.booleans()),
+            "window_s": draw(st.sampled_from((None, 0.0, 1.5, 5.0))),
+            "checks": [{"t": round(t, 3), "met": draw(st.booleans())} for t in ts],
+        }
+    elif draw(st.booleans()):
+        j["steady_states"]["recovery"] = draw(st.sampled_from(({}, None)))
+    if draw(st.booleans()):
+        j["gates"] = {
+            "samples": [
+                {
+                    "gate": "g",
+                    "sli": draw(st.sampled_from(("error_rate", "latency_p99", "other"))),
+                    "value": v,
+                }
+                for v in draw(st.lists(st.one_of(st.none(), st.floats(0, 1000, allow_nan=False)), max_size=5))
+            ],
+            "breach": draw(st.sampled_from((None, {}, {"gate": "g", "value": 1.0}))),
+        }
+    if draw(st.booleans()):
+        figures = {"error_rate": draw(st.one_of(st.none(), st.floats(0, 1))), "latency_p99_ms": 12.5}
+        j["load"] = {"summary": figures} if draw(st.booleans()) else figures
+    action = j["run"][0]["activity"]
+    action["provider"] = {
+        "type": "python",
+        "driver": draw(st.sampled_from((None, "netproxy", "Redis"))),
+        "name": draw(st.sampled_from(("add_latency", "network-partition", "noop", "Error_Inject"))),
+        "arguments": {
+            "fault_type": draw(st.sampled_from(FAULTS)),
+            "fault": {"type": draw(st.sampled_from(FAULTS))},
+        },
+    }
+    j["run"][0]["output"] = draw(
+        st.sampled_from(({"fault": "timeout"}, {"fault_type": "", "fault": "error"}, 3, None))
+    )
+    if draw(st.booleans()):
+        j["estimate"] = {}
+        j["experiment"]["estimate"] = {"recovery_seconds": 2.0, "error_rate": 0.1}
+    return j
+
+
+@st.composite
+def rich_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out = [draw(rich_journal(i)) for i in range(draw(st.integers(1, 12)))]
+    if draw(st.booleans()):
+        again = json.loads(json.dumps(out[0]))
+        again["status"] = "failed"
+        out.append(again)  # the same run written again: the later journal wins
+    return out
+
+
+def _rows(store: Store, table: str, cols: str) -> list[dict[str, Any]]:
+    rows = store.query(
+        f"SELECT {cols} FROM {table} ORDER BY run_id" + (", seq" if table == "activities" else "")
+    )
+    for r in rows:
+        for k, v in list(r.items()):
+            if isinstance(v, float):
+                r[k] = round(v, 6) if math.isfinite(v) else v
+            elif isinstance(v, dt.datetime):
+                r[k] = v.astimezone(dt.UTC)
+            elif k in ("output", "body"):
+                r[k] = json.loads(v)
+    return rows
+
+
+TABLES = {
+    "runs": "* EXCLUDE (journal_path)",
+    "activities": "*",
+    "run_metrics": "*",
+    "journals": "run_id, body",
+}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(journals=rich_sets())
+def test_bulk_ingest_writes_the_rows_the_python_path_writes(
+    journals: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    name = uuid.uuid4().hex
+    python, bulk = Store(tmp_path / f"{name}-py.duckdb"), Store(tmp_path / f"{name}-bulk.duckdb")
+    for j in journals:
+        ev.ingest_journals(python, [j])
+    files = [tmp_path / f"{name}-a.ndjson", tmp_path / f"{name}-b.ndjson"]
+    half = len(journals) // 2
+    files[0].write_text("".join(json.dumps(j) + "\n" for j in journals[:half]), encoding="utf-8")
+    files[1].write_text(
+        "".join(json.dumps(j, ensure_ascii=False) + "\n" for j in journals[half:]), encoding="utf-8"
+    )
+    assert ingest_ndjson(bulk, files) == len({j["run_id"] for j in journals})
+    for table, cols in TABLES.items():
+        assert _rows(python, table, cols) == _rows(bulk, table, cols), table
+    assert [c.model_dump() for c in ev.scorecards(python)] == [c.model_dump() for c in ev.scorecards(bulk)]
+
+
+def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store) -> None:
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text('{"no_run_id": 1}\n[1, 2]\n', encoding="utf-8")
+    with pytest.raises(ev.EvidenceError, match="not journals"):
+        ingest_ndjson(store, [bad])
+    with pytest.raises(ev.EvidenceError, match="does not exist"):
+        ingest_ndjson(store, [tmp_path / "nope.ndjson"])
+    assert store.query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
