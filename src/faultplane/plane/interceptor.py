@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultplane.core.jsonrpc_guard import loads_bounded
 from faultplane.plane.faults import (
     Decision,
     FaultEngine,
@@ -92,7 +93,7 @@ class Interceptor:
     def on_client_frame(self, raw: bytes | str, scope: str = "") -> ClientAction:
         """`scope` keeps apart equal JSON-RPC ids from different exchanges (HTTP sessions reuse ids)."""
         try:
-            msg = json.loads(raw)
+            msg = loads_bounded(raw)
         except ValueError:
             return PASS  # not ours to judge; the server decides what to do with garbage
         if not isinstance(msg, dict):
@@ -171,7 +172,7 @@ class Interceptor:
         if not self._pending and not self._swallow:
             return _PASS_SERVER
         try:
-            msg = json.loads(raw)
+            msg = loads_bounded(raw)
         except ValueError:
             return _PASS_SERVER
         if not isinstance(msg, dict) or "method" in msg or "id" not in msg:
