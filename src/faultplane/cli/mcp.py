@@ -50,6 +50,9 @@ def serve(
         [], "--allowed-host", help="Host header allowed when binding beyond loopback; repeatable"
     ),
     max_body_bytes: int = typer.Option(1024 * 1024, help="largest HTTP request body accepted (413 beyond)"),
+    max_frame_bytes: int = typer.Option(
+        4 * 1024 * 1024, min=1, help="stdio: largest JSON-RPC line accepted (answered -32600 beyond)"
+    ),
     stateless: bool = typer.Option(False, help="HTTP: no sessions (each request stands alone)"),
     json_response: bool = typer.Option(False, help="HTTP: answer with JSON bodies instead of SSE streams"),
     seed: int | None = typer.Option(None, help="seed of the fault rolls (drawn and audited when omitted)"),
@@ -71,9 +74,11 @@ def serve(
 
         from faultplane.mcp_server.shutdown import serve_stdio_until_signalled
 
+        from faultplane.core.jsonrpc_guard import FrameLimits
+
         record_start(cfg, "stdio")
         server = build_server(cfg)
-        anyio.run(serve_stdio_until_signalled, server)
+        anyio.run(serve_stdio_until_signalled, server, FrameLimits(max_frame_bytes=max_frame_bytes))
         return
     try:
         http = HttpConfig(

@@ -282,31 +282,48 @@ class _Relay:
     async def _sse(self, resp: httpx2.Response, scope: str, key: str) -> AsyncIterator[bytes]:
         buf = b""
         swallowed = False
+        skipping = False  # inside an event larger than the limit: its bytes are dropped as they come
+        cap = self.settings.max_body_bytes
         try:
             async for chunk in resp.aiter_raw():
                 buf += chunk
-                if len(buf) > self.settings.max_body_bytes and _EVENT_END.search(buf) is None:
-                    # An event larger than the limit: what the client gets instead is an error event.
-                    err = self._oversized_answer(key, scope)
-                    buf = b"event: message\ndata: " + err + b"\n\n"
+                if skipping or (len(buf) > cap and _EVENT_END.search(buf) is None):
+                    m = _EVENT_END.search(buf)
+                    if m is None:
+                        skipping, buf = True, buf[-3:]  # a separator may straddle two chunks
+                        continue
+                    skipping, buf = False, buf[m.end() :]
+                    yield self._oversized_event(key, scope)
+                    self._tick()
                 while True:
                     m = _EVENT_END.search(buf)
                     if m is None:
                         break
                     block, buf = buf[: m.end()], buf[m.end() :]
+                    if len(block) > cap:
+                        yield self._oversized_event(key, scope)
+                        self._tick()
+                        continue
                     outs, dropped, answered = await self._event(block, m.group(), scope)
                     swallowed |= dropped
                     for out in outs:
                         yield out
                     if answered:
                         self._tick()  # after the bytes went out, so a held response follows this one
-            if buf:
+            if buf and not skipping:
                 yield buf
             if swallowed:
                 await anyio.sleep(self.settings.timeout_hold_s)
         finally:
             await resp.aclose()
             self.interceptor.abandon(key)
+
+    def _oversized_event(self, key: str, scope: str) -> bytes:
+        """What the client gets in place of an SSE event larger than the limit: an error answering it."""
+        log.warning("replaced an SSE event above %d bytes from the server", self.settings.max_body_bytes)
+        answer = self._oversized_answer(key, scope)
+        self.interceptor.on_server_frame(answer, scope)
+        return b"event: message\ndata: " + answer + b"\n\n"
 
     async def _event(self, block: bytes, sep: bytes, scope: str) -> tuple[list[bytes], bool, bool]:
         """The SSE event as it should go out, whether a timeout fault swallowed it, whether it answers."""

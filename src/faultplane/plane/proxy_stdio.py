@@ -68,6 +68,12 @@ class _LineReader:
     async def readline(self) -> bytes:
         while True:
             i = self._buf.find(b"\n", self._scanned)
+            if i >= self._limit:
+                head = Oversized(bytes(self._buf[:512]))
+                head.size = i + 1
+                del self._buf[: i + 1]
+                self._scanned = 0
+                return head
             if i >= 0:
                 line = bytes(self._buf[: i + 1])
                 del self._buf[: i + 1]
