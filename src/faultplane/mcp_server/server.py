@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from faultplane import __version__
 from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
 from faultplane.mcp_server.arguments import ArgumentCheck
+from faultplane.mcp_server.contracts import close_input_schemas
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
 from faultplane.services.faults import list_faults, manage_fault, record_refused_call
@@ -117,7 +118,8 @@ class ActiveFaultOut(BaseModel):
 
 class StatusOutput(BaseModel):
     active_faults: list[ActiveFaultOut]
-    registered_experiments: list[str]
+    registered_experiments: int = Field(description="how many experiments are registered")
+    experiment_names: list[str] = Field(description="their names, for experiment_name arguments")
     results: list[dict[str, Any]] | None = Field(default=None, description="recent runs (include_results)")
     total_runs: int
     success_rate: float | None = Field(description="share of finished, non-dry runs that succeeded")
@@ -168,12 +170,15 @@ def _jsonable_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _source(experiment_name: str | None, experiment: str | None) -> tuple[str, Any]:
-    """(display name, source for the services) from exactly one of the two arguments."""
+def _source(experiment_name: str | None, experiment: str | dict[str, Any] | None) -> tuple[str, Any]:
+    """(display name, source for the services) from exactly one of the two arguments.
+
+    `experiment` may be an object, JSON/YAML/TOON text, or the path of an experiment file."""
     if bool(experiment_name) == bool(experiment):
         raise ToolError(
             "experiment_name / experiment: pass exactly one; fix: give experiment_name (see "
-            "chaos_list_experiments) or experiment (the YAML, JSON or TOON text of an experiment)"
+            "chaos_list_experiments) or experiment (an object, the YAML, JSON or TOON text of an experiment, "
+            "or the path of an experiment file)"
         )
     if experiment_name:
         from faultplane.services.experiments import find_experiment
@@ -182,9 +187,21 @@ def _source(experiment_name: str | None, experiment: str | None) -> tuple[str, A
             return experiment_name, find_experiment(experiment_name)
         except LookupError as exc:
             raise ToolError(f"experiment_name: {exc}; fix: use one of the listed names") from None
-    text = str(experiment)
-    # A one-line document would be taken for an experiment name by the loader.
-    return "", text if "\n" in text else text + "\n"
+    if isinstance(experiment, dict):
+        return "", experiment
+    text = str(experiment).strip()
+    if "\n" not in text and Path(text).suffix.lower() in _EXPERIMENT_SUFFIXES and not text.startswith("{"):
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise ToolError(
+                f"experiment: no experiment file at {text}; fix: pass an existing .yaml/.json/.toon path"
+            )
+        return "", path
+    # A one-line document would be taken for an experiment name or a path by the loader.
+    return "", text + "\n"
+
+
+_EXPERIMENT_SUFFIXES = (".yaml", ".yml", ".json", ".toon")
 
 
 def _issues_text(issues: list[Any]) -> str:
@@ -280,7 +297,10 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             str | None, Field(description="a listed experiment (chaos_list_experiments)")
         ] = None,
         experiment: Annotated[
-            str | None, Field(description="or an inline experiment: YAML, JSON or TOON text")
+            str | dict[str, Any] | None,
+            Field(
+                description="or an inline experiment (an object, or YAML, JSON or TOON text), or a file path"
+            ),
         ] = None,
         dry_run: Annotated[bool, Field(description="walk every phase without touching the system")] = False,
         variables: Annotated[
@@ -349,7 +369,8 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
                     ActiveFaultOut(**f.model_dump(exclude={"error_message"}))
                     for f in list_faults(cfg.registry())
                 ],
-                registered_experiments=[i.name for i in experiments],
+                registered_experiments=len(experiments),
+                experiment_names=[i.name for i in experiments],
                 results=results,
                 total_runs=int(stats["total_runs"]),
                 success_rate=stats["success_rate"],
@@ -370,7 +391,12 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     @server.tool(annotations=_READ)
     async def chaos_validate_experiment(
         experiment_name: Annotated[str | None, Field(description="a listed experiment")] = None,
-        experiment: Annotated[str | None, Field(description="or inline YAML, JSON or TOON text")] = None,
+        experiment: Annotated[
+            str | dict[str, Any] | None,
+            Field(
+                description="or an inline experiment (an object, or YAML, JSON or TOON text), or a file path"
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, ValidateOutput]:
         """Check an experiment's structure, values and policy without running anything."""
         from faultplane.services.experiments import validate_experiment
@@ -422,7 +448,11 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             text = await anyio.to_thread.run_sync(get_journal, run_id, fmt, cfg.store())
         except LookupError as exc:
             raise ToolError(f"run_id: {exc}") from None
-        return cfg.render(JournalOutput(run_id=run_id, format=fmt, journal=text))
+        # The text block is the journal itself, so TOON arrives as TOON, not as a string quoted inside TOON.
+        out = JournalOutput(run_id=run_id, format=fmt, journal=text)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=out.model_dump(mode="json")
+        )
 
     @server.tool(annotations=_READ)
     async def chaos_analyze(
@@ -474,6 +504,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         return _fault_error(name if isinstance(name, str) else "", ValueError(message))
 
     server.middleware.append(ArgumentCheck(server, {"chaos_inject_fault": refused_inject}))
+    close_input_schemas(server)
     return server
 
 
