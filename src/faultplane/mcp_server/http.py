@@ -265,6 +265,9 @@ def serve_http(server: MCPServer, cfg: HttpConfig) -> None:
     family = socket.AF_INET6 if ":" in cfg.host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: without, a keep-alive client's small requests wait out delayed ACKs
+    # (40 ms per call), since a pre-bound socket skips the setup uvicorn does for the sockets it binds.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((cfg.host.strip("[]"), cfg.port))
     except OSError as exc:

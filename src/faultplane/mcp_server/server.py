@@ -25,6 +25,7 @@ from faultplane import __version__
 from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
 from faultplane.mcp_server.arguments import ArgumentCheck
 from faultplane.mcp_server.contracts import close_input_schemas
+from faultplane.mcp_server.readcache import MISS, StoreReadCache
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
 from faultplane.services.faults import list_faults, manage_fault, record_refused_call
@@ -50,6 +51,8 @@ class ServerConfig:
     # The text block of each result: TOON is compact for agents; structuredContent is always JSON.
     text_format: Literal["toon", "json"] = "toon"
     rng: random.Random = field(init=False)
+    # Read-tool answers reused while the store is unchanged (see readcache).
+    reads: StoreReadCache = field(init=False, default_factory=StoreReadCache)
 
     def __post_init__(self) -> None:
         # Every inject draws its own seed from this generator and records it in the audit log, so a session
@@ -204,6 +207,11 @@ def _source(experiment_name: str | None, experiment: str | dict[str, Any] | None
 _EXPERIMENT_SUFFIXES = (".yaml", ".yml", ".json", ".toon")
 
 
+def _analyze_cached(cfg: ServerConfig, sql: str, limit: int) -> QueryResult:
+    store = cfg.store()
+    return cfg.reads.get(store, ("analyze", sql, limit), lambda: analyze(sql, store=store, limit=limit))
+
+
 def _issues_text(issues: list[Any]) -> str:
     return "; ".join(f"{i.field}: {i.message} (fix: {i.fix})" for i in issues)
 
@@ -353,17 +361,29 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         from faultplane.services.experiments import list_experiments
         from faultplane.services.runs import list_runs, run_stats
 
-        def work() -> StatusOutput:
+        def work(cached_only: bool = False) -> StatusOutput | None:
             experiments = list_experiments()
             title = experiment_name
             for info in experiments:
                 if experiment_name and info.name == experiment_name and info.title:
                     title = info.title
             store = cfg.store()
-            stats = run_stats(store, experiment=title)
+            if cached_only:
+                # In the event loop: only when the store's answers are cached (no database open here).
+                stats = cfg.reads.peek(store, ("run_stats", title))
+                rows = cfg.reads.peek(store, ("list_runs", title)) if include_results else None
+                if stats is MISS or rows is MISS:
+                    return None
+            else:
+                stats = cfg.reads.get(store, ("run_stats", title), lambda: run_stats(store, experiment=title))
+                rows = None
+                if include_results:
+                    rows = cfg.reads.get(
+                        store, ("list_runs", title), lambda: list_runs(store, experiment=title)
+                    )
             results = None
-            if include_results:
-                results = [_jsonable_row(r) for r in list_runs(store, experiment=title)]
+            if rows is not None:
+                results = [_jsonable_row(r) for r in rows]
             return StatusOutput(
                 active_faults=[
                     ActiveFaultOut(**f.model_dump(exclude={"error_message"}))
@@ -376,7 +396,10 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
                 success_rate=stats["success_rate"],
             )
 
-        return cfg.render(await anyio.to_thread.run_sync(work))
+        # A worker thread costs more than the whole answer when it is cached, so try that first.
+        out = work(cached_only=True) or await anyio.to_thread.run_sync(work)
+        assert out is not None
+        return cfg.render(out)
 
     @server.tool(annotations=_READ)
     async def chaos_discover(
@@ -445,7 +468,12 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             raise ToolError(f"format: {format!r} is not a journal format; fix: use json or toon")
         try:
             fmt: Literal["json", "toon"] = "toon" if format == "toon" else "json"
-            text = await anyio.to_thread.run_sync(get_journal, run_id, fmt, cfg.store())
+            store = cfg.store()
+            text = await anyio.to_thread.run_sync(
+                lambda: cfg.reads.get(
+                    store, ("journal", run_id, fmt), lambda: get_journal(run_id, fmt, store)
+                )
+            )
         except LookupError as exc:
             raise ToolError(f"run_id: {exc}") from None
         # The text block is the journal itself, so TOON arrives as TOON, not as a string quoted inside TOON.
@@ -471,9 +499,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         """Read-only SQL over the evidence store. The database is opened read-only with file access
         disabled, so writes, COPY, ATTACH and file reads fail."""
         try:
-            return cfg.render(
-                await anyio.to_thread.run_sync(lambda: analyze(sql, store=cfg.store(), limit=limit))
-            )
+            return cfg.render(await anyio.to_thread.run_sync(lambda: _analyze_cached(cfg, sql, limit)))
         except QueryError as exc:
             raise ToolError(str(exc)) from None
 
