@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
@@ -25,6 +26,7 @@ from faultplane import __version__
 from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
 from faultplane.mcp_server.arguments import ArgumentCheck
 from faultplane.mcp_server.contracts import close_input_schemas
+from faultplane.mcp_server.progress import watch
 from faultplane.mcp_server.readcache import MISS, StoreReadCache
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
@@ -314,6 +316,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         variables: Annotated[
             dict[str, Any] | None, Field(description="values for the experiment's configuration variables")
         ] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunExperimentOutput]:
         """Run an experiment through plan, baseline, inject, recover and analyse; rollbacks always run.
         Returns the outcome, the run id and a compact TOON journal."""
@@ -323,7 +326,12 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         name, source = _source(experiment_name, experiment)
         store = cfg.store()
         try:
-            result = await run_experiment(source, dry_run=dry_run, variables=variables, store=store)
+            result = await watch(
+                ctx,
+                lambda on_event: run_experiment(
+                    source, dry_run=dry_run, variables=variables, store=store, on_event=on_event
+                ),
+            )
         except ExperimentError as exc:
             raise ToolError(_issues_text(exc.issues)) from None
         except ValueError as exc:  # policy/approval configuration problems: their messages name the fix
