@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from faultplane import __version__
 from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
+from faultplane.mcp_server.access import AccessCheck, AccessPolicy
 from faultplane.mcp_server.arguments import ArgumentCheck
 from faultplane.mcp_server.contracts import close_input_schemas
 from faultplane.mcp_server.progress import watch
@@ -53,6 +54,8 @@ class ServerConfig:
     # The text block of each result: TOON is compact for agents; structuredContent is always JSON.
     text_format: Literal["toon", "json"] = "toon"
     rng: random.Random = field(init=False)
+    # What the agent may call (see access): --read-only and --allow-tool.
+    access: AccessPolicy = field(default_factory=AccessPolicy)
     # Read-tool answers reused while the store is unchanged (see readcache).
     reads: StoreReadCache = field(init=False, default_factory=StoreReadCache)
 
@@ -539,6 +542,9 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
 
     server.middleware.append(ArgumentCheck(server, {"chaos_inject_fault": refused_inject}))
     close_input_schemas(server)
+    if cfg.access.restricts:
+        cfg.access.check_names([t.name for t in server._tool_manager.list_tools()])
+        server.middleware.insert(0, AccessCheck(server, cfg.access))
     return server
 
 
