@@ -164,10 +164,14 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        raw = scope.get("headers", [])
+        if any(v[:1] in (b" ", b"\t") or v[-1:] in (b" ", b"\t") for _, v in raw):
+            # Leading and trailing whitespace is not part of a field value (RFC 9110 §5.5); the SDK compares
+            # Mcp-Name and Mcp-Method with the body as received, so it gets them trimmed.
+            scope = {**scope, "headers": [(k, v.strip(b" \t")) for k, v in raw]}
         headers: dict[bytes, bytes] = {}
         for k, v in scope.get("headers", []):
-            # Leading and trailing whitespace is not part of a field value (RFC 9110 §5.5).
-            headers.setdefault(k.lower(), v.strip(b" \t"))
+            headers.setdefault(k.lower(), v)
         if self.token is not None and not _authorized(headers.get(b"authorization", b""), self.token):
             await _refuse(
                 send,

@@ -118,7 +118,10 @@ def _origin_ok(origin: str, allowed: list[str]) -> bool:
 
 
 def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in request.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP]
+    # Whitespace around a field value is not part of it (RFC 9110 §5.5): forwarded trimmed, as received.
+    return [
+        (k, v.strip(b" \t")) for k, v in request.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP
+    ]
 
 
 def _response_headers(resp: httpx2.Response) -> dict[str, str]:
