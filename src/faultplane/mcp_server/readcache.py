@@ -40,13 +40,15 @@ class StoreReadCache:
 
     @staticmethod
     def version(store: Any) -> Hashable | None:
-        path = getattr(store, "path", None)
-        if path is None or not hasattr(store, "has_pending"):
-            return None
-        db = str(path)
-        if store.has_pending():
-            return None  # the next read indexes queued runs, i.e. writes
-        return (db, _stat(db), _stat(db + ".wal"))
+        from faultplane.core.store import Store
+
+        if not isinstance(store, Store):
+            return None  # ClickHouse: no file whose change would tell
+        db = str(store.path)
+        stat = _stat(db)
+        if stat is None or store.has_pending():
+            return None  # no database yet, or the next read indexes queued runs (a write)
+        return (db, stat, _stat(db + ".wal"))
 
     def peek(self, store: Any, key: Hashable) -> Any:
         """The cached answer while it is current, else MISS; never touches the database (safe in the loop)."""
