@@ -106,7 +106,9 @@ class Interceptor:
                 self._client_gave_up(msg, scope)
             return PASS
         if not isinstance(msg["id"], str | int) or isinstance(msg["id"], bool):
-            return PASS  # not a request (its answer, an error, carries id null): nothing to pair or to wait for
+            return (
+                PASS  # not a request (its answer, an error, carries id null): nothing to pair or to wait for
+            )
         rid = request_id_key(msg["id"])
         key = scope + rid
         try:
