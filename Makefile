@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test bench lint typecheck services clean
+.PHONY: demo test bench lint typecheck services conformance clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,12 @@ demo: $(STAMP)
 services:
 	bash scripts/install-services.sh
 
-test: $(STAMP) services
-	$(PY) -m pytest -q
+# Node 22 and the official MCP conformance suite from npm (tests/mcp/test_mcp_conformance.py).
+conformance:
+	bash scripts/install-conformance.sh .cache/conformance >/dev/null
+
+test: $(STAMP) services conformance
+	FAULTPLANE_CONFORMANCE_DIR=$(CURDIR)/.cache/conformance $(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'

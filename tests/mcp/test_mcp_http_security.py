@@ -42,6 +42,9 @@ async def test_token_required_and_checked(server_env: ServerEnv) -> None:
                     f"Basic {TOKEN}",
                     f"Bearer {TOKEN[:-1]}",
                     f"Bearer {TOKEN}x",
+                    f"Bearer{TOKEN}",
+                    f"Bearer {TOKEN} {TOKEN}",
+                    f"Bearer\t{TOKEN}",
                 ):
                     headers = dict(HEADERS)
                     if auth:
@@ -54,11 +57,16 @@ async def test_token_required_and_checked(server_env: ServerEnv) -> None:
                 # GET and DELETE are guarded too
                 assert (await http.get(srv.url)).status_code == 401
                 assert (await http.delete(srv.url)).status_code == 401
-                # the right token gets through
-                r = await http.post(
-                    srv.url, json=INIT, headers={**HEADERS, "authorization": f"Bearer {TOKEN}"}
-                )
-                assert r.status_code == 200
+                # the right token gets through; the scheme is case-insensitive (RFC 9110 §11.1), and several
+                # spaces after it do not matter
+                for auth in (
+                    f"Bearer {TOKEN}",
+                    f"bearer {TOKEN}",
+                    f"BEARER {TOKEN}",
+                    f"BeArEr   {TOKEN}",
+                ):
+                    r = await http.post(srv.url, json=INIT, headers={**HEADERS, "authorization": auth})
+                    assert r.status_code == 200, auth
 
             # the SDK client: refused without the token, works with it
             with pytest.raises(Exception):  # noqa: B017 - the SDK surfaces the 401 as an HTTP or MCP error

@@ -302,7 +302,8 @@ async def test_status_discover_analyze_and_lists(connect: ClientFactory) -> None
                     "armed": 0,
                 }
             ]
-            assert "mcp-smoke" in st["registered_experiments"]
+            assert "mcp-smoke" in st["experiment_names"]
+            assert st["registered_experiments"] == len(st["experiment_names"])
             assert st["total_runs"] == 0 and st["success_rate"] is None and st["results"] is None
             st = await ok(c, "chaos_status", {"include_results": True})
             assert st["results"] == []

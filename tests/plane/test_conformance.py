@@ -30,6 +30,12 @@ SCENARIOS = [
     "caching",
 ]
 
+# The SDK fixture server compares an Mcp-Name header with its surrounding whitespace and fails this check;
+# the proxy forwards field values trimmed, as RFC 9110 §5.5 asks of every recipient (its HTTP client could not
+# send them untrimmed anyway), so the check may pass through the proxy where it fails directly. Never the
+# reverse. (`faultplane mcp` trims too and passes it both ways: tests/mcp/test_mcp_conformance.py.)
+TRIMMED_BY_THE_PROXY = ("ServerAcceptsWhitespaceHeaderValue",)
+
 pytestmark = pytest.mark.skipif(
     not CONF_DIR, reason="set FAULTPLANE_CONFORMANCE_DIR to run the conformance suite"
 )
@@ -58,4 +64,7 @@ def test_proxy_is_transparent_to_the_conformance_suite(
     direct = run_scenario(upstream, scenario, tmp_path / "direct")
     through = run_scenario(proxy, scenario, tmp_path / "proxy")
     assert direct, "the suite produced no checks"
+    for name in TRIMMED_BY_THE_PROXY:
+        if direct.get(name) == "FAILURE" and through.get(name) == "SUCCESS":
+            through[name] = direct[name]
     assert through == direct

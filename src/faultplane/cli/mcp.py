@@ -50,6 +50,9 @@ def serve(
         [], "--allowed-host", help="Host header allowed when binding beyond loopback; repeatable"
     ),
     max_body_bytes: int = typer.Option(1024 * 1024, help="largest HTTP request body accepted (413 beyond)"),
+    max_frame_bytes: int = typer.Option(
+        4 * 1024 * 1024, min=1, help="stdio: largest JSON-RPC line accepted (answered -32600 beyond)"
+    ),
     stateless: bool = typer.Option(False, help="HTTP: no sessions (each request stands alone)"),
     json_response: bool = typer.Option(False, help="HTTP: answer with JSON bodies instead of SSE streams"),
     seed: int | None = typer.Option(None, help="seed of the fault rolls (drawn and audited when omitted)"),
@@ -60,23 +63,37 @@ def serve(
     text_format: TextFormat = typer.Option(
         TextFormat.toon, "--text-format", help="text block of results (structured content is always JSON)"
     ),
+    read_only: bool = typer.Option(False, "--read-only", help="refuse every tool that changes the system"),
+    allow_tool: list[str] = typer.Option(
+        [], "--allow-tool", help="only these tools may be called (repeatable; default: all)"
+    ),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
+    from faultplane.mcp_server.access import AccessError, AccessPolicy
     from faultplane.mcp_server.http import HttpConfig, HttpConfigError, load_token, serve_http
     from faultplane.mcp_server.server import ServerConfig, build_server, record_start
 
     cfg = ServerConfig(
-        seed=seed, store_path=store, actor=f"mcp:{transport.value}", text_format=text_format.value
+        seed=seed,
+        store_path=store,
+        actor=f"mcp:{transport.value}",
+        text_format=text_format.value,
+        access=AccessPolicy(read_only=read_only, allowed_tools=frozenset(allow_tool) if allow_tool else None),
     )
+    try:
+        server = build_server(cfg)  # fails fast on an --allow-tool naming no tool
+    except AccessError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if transport is Transport.stdio:
         import anyio
 
+        from faultplane.core.jsonrpc_guard import FrameLimits
         from faultplane.mcp_server.shutdown import serve_stdio_until_signalled
 
         record_start(cfg, "stdio")
-        server = build_server(cfg)
-        anyio.run(serve_stdio_until_signalled, server)
+        anyio.run(serve_stdio_until_signalled, server, FrameLimits(max_frame_bytes=max_frame_bytes))
         return
     try:
         http = HttpConfig(
@@ -97,7 +114,7 @@ def serve(
     cfg.actor = "mcp:http"
     record_start(cfg, "http", {"host": host, "port": port, "token": http.token is not None})
     try:
-        serve_http(build_server(cfg), http)
+        serve_http(server, http)
     except HttpConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -276,6 +276,9 @@ def proxy_stdio(
     ),
     store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
     no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
+    max_frame_bytes: int = typer.Option(
+        64 * 1024 * 1024, "--max-frame-bytes", min=1, help="largest JSON-RPC line relayed either way"
+    ),
 ) -> None:
     """Wrap a stdio MCP server: faultplane plane proxy stdio --plan P -- CMD ARGS..."""
     from faultplane.plane.proxy_stdio import serve
@@ -290,6 +293,7 @@ def proxy_stdio(
         session_id=session,
         store=str(store) if store else None,
         record=not no_record,
+        max_frame_bytes=max_frame_bytes,
     )
     raise typer.Exit(code)
 
@@ -309,6 +313,9 @@ def proxy_http(
     no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
     allow_host: list[str] = typer.Option([], "--allow-host", help="extra Host values (host:port or host:*)"),
     allow_origin: list[str] = typer.Option([], "--allow-origin", help="extra allowed Origin values"),
+    max_body_bytes: int = typer.Option(
+        4 * 1024 * 1024, "--max-body-bytes", min=1, help="largest request body and JSON response relayed"
+    ),
 ) -> None:
     """Front a streamable-HTTP MCP server."""
     from faultplane.plane.proxy_http import serve
@@ -325,6 +332,7 @@ def proxy_http(
         record=not no_record,
         allowed_hosts=allow_host,
         allowed_origins=allow_origin,
+        max_body_bytes=max_body_bytes,
     )
     raise typer.Exit(code)
 

@@ -24,8 +24,12 @@ from pydantic import BaseModel, Field
 
 from faultplane import __version__
 from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, UnknownFaultError
+from faultplane.mcp_server.access import AccessCheck, AccessPolicy
 from faultplane.mcp_server.approval import ApprovalBroker
 from faultplane.mcp_server.arguments import ArgumentCheck
+from faultplane.mcp_server.contracts import close_input_schemas
+from faultplane.mcp_server.progress import watch
+from faultplane.mcp_server.readcache import MISS, StoreReadCache
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
 from faultplane.services.faults import list_faults, manage_fault, record_refused_call
@@ -53,6 +57,10 @@ class ServerConfig:
     rng: random.Random = field(init=False)
     # asks a person (elicitation) when a call needs an approval nobody signed yet
     approvals: ApprovalBroker = field(init=False, default_factory=ApprovalBroker)
+    # What the agent may call (see access): --read-only and --allow-tool.
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    # Read-tool answers reused while the store is unchanged (see readcache).
+    reads: StoreReadCache = field(init=False, default_factory=StoreReadCache)
 
     def __post_init__(self) -> None:
         # Every inject draws its own seed from this generator and records it in the audit log, so a session
@@ -122,7 +130,8 @@ class ActiveFaultOut(BaseModel):
 
 class StatusOutput(BaseModel):
     active_faults: list[ActiveFaultOut]
-    registered_experiments: list[str]
+    registered_experiments: int = Field(description="how many experiments are registered")
+    experiment_names: list[str] = Field(description="their names, for experiment_name arguments")
     results: list[dict[str, Any]] | None = Field(default=None, description="recent runs (include_results)")
     total_runs: int
     success_rate: float | None = Field(description="share of finished, non-dry runs that succeeded")
@@ -174,12 +183,15 @@ def _jsonable_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _source(experiment_name: str | None, experiment: str | None) -> tuple[str, Any]:
-    """(display name, source for the services) from exactly one of the two arguments."""
+def _source(experiment_name: str | None, experiment: str | dict[str, Any] | None) -> tuple[str, Any]:
+    """(display name, source for the services) from exactly one of the two arguments.
+
+    `experiment` may be an object, JSON/YAML/TOON text, or the path of an experiment file."""
     if bool(experiment_name) == bool(experiment):
         raise ToolError(
             "experiment_name / experiment: pass exactly one; fix: give experiment_name (see "
-            "chaos_list_experiments) or experiment (the YAML, JSON or TOON text of an experiment)"
+            "chaos_list_experiments) or experiment (an object, the YAML, JSON or TOON text of an experiment, "
+            "or the path of an experiment file)"
         )
     if experiment_name:
         from faultplane.services.experiments import find_experiment
@@ -188,9 +200,26 @@ def _source(experiment_name: str | None, experiment: str | None) -> tuple[str, A
             return experiment_name, find_experiment(experiment_name)
         except LookupError as exc:
             raise ToolError(f"experiment_name: {exc}; fix: use one of the listed names") from None
-    text = str(experiment)
-    # A one-line document would be taken for an experiment name by the loader.
-    return "", text if "\n" in text else text + "\n"
+    if isinstance(experiment, dict):
+        return "", experiment
+    text = str(experiment).strip()
+    if "\n" not in text and Path(text).suffix.lower() in _EXPERIMENT_SUFFIXES and not text.startswith("{"):
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise ToolError(
+                f"experiment: no experiment file at {text}; fix: pass an existing .yaml/.json/.toon path"
+            )
+        return "", path
+    # A one-line document would be taken for an experiment name or a path by the loader.
+    return "", text + "\n"
+
+
+_EXPERIMENT_SUFFIXES = (".yaml", ".yml", ".json", ".toon")
+
+
+def _analyze_cached(cfg: ServerConfig, sql: str, limit: int) -> QueryResult:
+    store = cfg.store()
+    return cfg.reads.get(store, ("analyze", sql, limit), lambda: analyze(sql, store=store, limit=limit))
 
 
 def _issues_text(issues: list[Any]) -> str:
@@ -296,7 +325,10 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             str | None, Field(description="a listed experiment (chaos_list_experiments)")
         ] = None,
         experiment: Annotated[
-            str | None, Field(description="or an inline experiment: YAML, JSON or TOON text")
+            str | dict[str, Any] | None,
+            Field(
+                description="or an inline experiment (an object, or YAML, JSON or TOON text), or a file path"
+            ),
         ] = None,
         dry_run: Annotated[bool, Field(description="walk every phase without touching the system")] = False,
         variables: Annotated[
@@ -319,8 +351,16 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             token = asked
         try:
             with cfg.approvals.trust(token):
-                result = await run_experiment(
-                    source, dry_run=dry_run, variables=variables, store=store, approval_token=token
+                result = await watch(
+                    ctx,
+                    lambda on_event: run_experiment(
+                        source,
+                        dry_run=dry_run,
+                        variables=variables,
+                        store=store,
+                        approval_token=token,
+                        on_event=on_event,
+                    ),
                 )
         except ExperimentError as exc:
             raise ToolError(_issues_text(exc.issues)) from None
@@ -359,29 +399,45 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         from faultplane.services.experiments import list_experiments
         from faultplane.services.runs import list_runs, run_stats
 
-        def work() -> StatusOutput:
+        def work(cached_only: bool = False) -> StatusOutput | None:
             experiments = list_experiments()
             title = experiment_name
             for info in experiments:
                 if experiment_name and info.name == experiment_name and info.title:
                     title = info.title
             store = cfg.store()
-            stats = run_stats(store, experiment=title)
+            if cached_only:
+                # In the event loop: only when the store's answers are cached (no database open here).
+                stats = cfg.reads.peek(store, ("run_stats", title))
+                rows = cfg.reads.peek(store, ("list_runs", title)) if include_results else None
+                if stats is MISS or rows is MISS:
+                    return None
+            else:
+                stats = cfg.reads.get(store, ("run_stats", title), lambda: run_stats(store, experiment=title))
+                rows = None
+                if include_results:
+                    rows = cfg.reads.get(
+                        store, ("list_runs", title), lambda: list_runs(store, experiment=title)
+                    )
             results = None
-            if include_results:
-                results = [_jsonable_row(r) for r in list_runs(store, experiment=title)]
+            if rows is not None:
+                results = [_jsonable_row(r) for r in rows]
             return StatusOutput(
                 active_faults=[
                     ActiveFaultOut(**f.model_dump(exclude={"error_message"}))
                     for f in list_faults(cfg.registry())
                 ],
-                registered_experiments=[i.name for i in experiments],
+                registered_experiments=len(experiments),
+                experiment_names=[i.name for i in experiments],
                 results=results,
                 total_runs=int(stats["total_runs"]),
                 success_rate=stats["success_rate"],
             )
 
-        return cfg.render(await anyio.to_thread.run_sync(work))
+        # A worker thread costs more than the whole answer when it is cached, so try that first.
+        out = work(cached_only=True) or await anyio.to_thread.run_sync(work)
+        assert out is not None
+        return cfg.render(out)
 
     @server.tool(annotations=_READ)
     async def chaos_discover(
@@ -396,7 +452,12 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     @server.tool(annotations=_READ)
     async def chaos_validate_experiment(
         experiment_name: Annotated[str | None, Field(description="a listed experiment")] = None,
-        experiment: Annotated[str | None, Field(description="or inline YAML, JSON or TOON text")] = None,
+        experiment: Annotated[
+            str | dict[str, Any] | None,
+            Field(
+                description="or an inline experiment (an object, or YAML, JSON or TOON text), or a file path"
+            ),
+        ] = None,
         ctk_compat: Annotated[
             bool, Field(description="check as Chaos Toolkit would (docs/chaostoolkit.md)")
         ] = False,
@@ -454,10 +515,19 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             raise ToolError(f"format: {format!r} is not a journal format; fix: use json or toon")
         try:
             fmt: Literal["json", "toon"] = "toon" if format == "toon" else "json"
-            text = await anyio.to_thread.run_sync(get_journal, run_id, fmt, cfg.store())
+            store = cfg.store()
+            text = await anyio.to_thread.run_sync(
+                lambda: cfg.reads.get(
+                    store, ("journal", run_id, fmt), lambda: get_journal(run_id, fmt, store)
+                )
+            )
         except LookupError as exc:
             raise ToolError(f"run_id: {exc}") from None
-        return cfg.render(JournalOutput(run_id=run_id, format=fmt, journal=text))
+        # The text block is the journal itself, so TOON arrives as TOON, not as a string quoted inside TOON.
+        out = JournalOutput(run_id=run_id, format=fmt, journal=text)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=out.model_dump(mode="json")
+        )
 
     @server.tool(annotations=_READ)
     async def chaos_analyze(
@@ -476,9 +546,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         """Read-only SQL over the evidence store. The database is opened read-only with file access
         disabled, so writes, COPY, ATTACH and file reads fail."""
         try:
-            return cfg.render(
-                await anyio.to_thread.run_sync(lambda: analyze(sql, store=cfg.store(), limit=limit))
-            )
+            return cfg.render(await anyio.to_thread.run_sync(lambda: _analyze_cached(cfg, sql, limit)))
         except QueryError as exc:
             raise ToolError(str(exc)) from None
 
@@ -512,6 +580,10 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         return _fault_error(name if isinstance(name, str) else "", ValueError(message))
 
     server.middleware.append(ArgumentCheck(server, {"chaos_inject_fault": refused_inject}))
+    close_input_schemas(server)
+    if cfg.access.restricts:
+        cfg.access.check_names([t.name for t in server._tool_manager.list_tools()])
+        server.middleware.insert(0, AccessCheck(server, cfg.access))
     return server
 
 

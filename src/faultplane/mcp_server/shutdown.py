@@ -35,7 +35,7 @@ async def wait_for_runs(timeout: float = ROLLBACK_GRACE_S) -> None:
             await anyio.sleep(0.05)
 
 
-async def serve_stdio_until_signalled(server: Any) -> None:
+async def serve_stdio_until_signalled(server: Any, limits: Any = None) -> None:
     """Serve over stdio; on SIGTERM/SIGINT abort runs in flight, let them roll back, then stop."""
     async with anyio.create_task_group() as tg:
 
@@ -52,5 +52,5 @@ async def serve_stdio_until_signalled(server: Any) -> None:
                     return
 
         tg.start_soon(watch)
-        await serve_stdio(server)
+        await serve_stdio(server, limits)
         tg.cancel_scope.cancel()

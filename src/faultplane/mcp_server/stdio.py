@@ -10,16 +10,23 @@ is stderr, and fd 0 is the null device (so nothing but the transport reads the c
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import sys
 from collections.abc import AsyncIterator
-from io import TextIOWrapper
-from typing import Any
+from typing import Any, BinaryIO
 
 import anyio
 from mcp.server.stdio import stdio_server
-from mcp.types import INVALID_REQUEST, jsonrpc_message_adapter
+
+from faultplane.core.jsonrpc_guard import (
+    INVALID_REQUEST,
+    FrameError,
+    FrameLimits,
+    check_frame,
+    guess_id,
+    is_response,
+    loads_bounded,
+)
 
 __all__ = ["claim_stdio", "invalid_request_reply", "serve_stdio"]
 
@@ -40,103 +47,121 @@ def claim_stdio() -> tuple[int, int]:
     return wire_in, wire_out
 
 
-def invalid_request_reply(line: str) -> str | None:
-    """The JSON-RPC error frame owed for `line`, when it is JSON but not a valid JSON-RPC message.
+def invalid_request_reply(line: str | bytes, limits: FrameLimits = FrameLimits()) -> str | None:
+    """The JSON-RPC error frame owed for `line`, or None when it is a valid message for the SDK to handle.
 
-    The SDK drops such lines silently, but JSON-RPC 2.0 requires an Invalid Request (-32600) answer, with
-    the request's id when it can be read and null otherwise. Not answered: valid messages (the SDK handles
-    them, e.g. -32601 for an unknown method), lines that are not JSON at all (dropped, as the SDK does; no
-    -32700 is sent over stdio), and anything shaped like a response (answering a response could ping-pong).
+    The SDK drops lines that are not valid JSON-RPC silently (and crashes on deep nesting); JSON-RPC 2.0
+    requires -32700 for what is not JSON and -32600 for what is not a valid message, with the request's id
+    when it can be read. Responses are never answered, even invalid ones (answering one could ping-pong).
     """
+    data = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
+    if not data.strip():
+        return None  # a blank line between frames is no message at all
     try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
-    # The SDK reads a request whose id is not a string or an integer (null, 1.5, [1]) as a notification and
-    # drops it; MCP requires string or integer ids, so it is an Invalid Request.
-    bad_id = isinstance(obj, dict) and "id" in obj and "method" in obj and not _valid_id(obj["id"])
-    if not bad_id:
-        try:
-            jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ValueError:
-            pass
-        else:
+        check_frame(data, limits)
+    except FrameError as exc:
+        if exc.code == INVALID_REQUEST and _response_shaped(data):
             return None
-    if isinstance(obj, dict) and "method" not in obj and ("result" in obj or "error" in obj):
-        return None
-    rid = obj.get("id") if isinstance(obj, dict) else None
-    if not _valid_id(rid):
-        rid = None
-    error = {"code": INVALID_REQUEST, "message": f"Invalid Request: {_defect(obj)}"}
-    return json.dumps({"jsonrpc": "2.0", "id": rid, "error": error}, separators=(",", ":")) + "\n"
+        return exc.reply().decode() + "\n"
+    return None
 
 
-def _valid_id(rid: Any) -> bool:
-    return isinstance(rid, str | int) and not isinstance(rid, bool)
-
-
-def _defect(obj: Any) -> str:
-    if isinstance(obj, list):
-        return "batches are not supported; send one JSON object per line"
-    if not isinstance(obj, dict):
-        return "a message must be a JSON object"
-    if obj.get("jsonrpc") != "2.0":
-        return 'jsonrpc must be "2.0"'
-    if not isinstance(obj.get("method"), str):
-        return "method must be a string"
-    if "id" in obj and not _valid_id(obj["id"]):
-        return "id must be a string or an integer"
-    if "params" in obj and not isinstance(obj["params"], dict):
-        return "params must be an object"
-    return "not a JSON-RPC 2.0 request or notification"
+def _response_shaped(data: bytes) -> bool:
+    try:
+        return is_response(loads_bounded(data))
+    except ValueError:
+        return False
 
 
 class _Wire:
-    """The protocol output: whole frames only, one writer at a time (the SDK's writer and ours share it)."""
+    """The protocol output: whole frames only, one writer at a time (the SDK's writer and ours share it).
 
-    def __init__(self, raw: TextIOWrapper) -> None:
-        self._file = anyio.wrap_file(raw)
+    The SDK writes a frame then flushes it; here the write only buffers, and the flush does the write and
+    the flush in one worker-thread call: one thread hop per frame instead of two.
+    """
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._pending: list[str] = []
         self._lock = anyio.Lock()
 
+    def _emit(self, data: bytes) -> None:
+        self._raw.write(data)
+        self._raw.flush()
+
     async def write(self, text: str) -> None:
-        async with self._lock:
-            await self._file.write(text)
+        self._pending.append(text)
 
     async def flush(self) -> None:
         async with self._lock:
-            await self._file.flush()
+            if not self._pending:
+                return
+            data = "".join(self._pending).encode("utf-8")
+            self._pending.clear()
+            await anyio.to_thread.run_sync(self._emit, data)
 
     async def send_frame(self, frame: str) -> None:
-        async with self._lock:
-            await self._file.write(frame)
-            await self._file.flush()
+        await self.write(frame)
+        await self.flush()
 
 
 class _Requests:
-    """The protocol input as the SDK reads it, minus invalid messages, which are answered here instead."""
+    """The protocol input as the SDK reads it, minus invalid messages, which are answered here instead.
 
-    def __init__(self, raw: TextIOWrapper, wire: _Wire) -> None:
-        self._file = anyio.wrap_file(raw)
+    Lines are read as bytes with a bound, so an endless line costs at most one frame limit of memory and
+    is answered with an error once its newline arrives; invalid UTF-8 is a parse error, not replaced text.
+    """
+
+    def __init__(self, raw: BinaryIO, wire: _Wire, limits: FrameLimits) -> None:
+        self._raw = raw
         self._wire = wire
+        self._limits = limits
+
+    def _next(self) -> tuple[bytes, int]:
+        """(the frame or its first part, its full length); b"" at EOF. Runs in a worker thread."""
+        cap = self._limits.max_frame_bytes + 1
+        line = self._raw.readline(cap)
+        size = len(line)
+        if size < cap or line.endswith(b"\n"):
+            return line, size
+        head = line[:512]
+        while line and not line.endswith(b"\n"):  # discard the rest of an oversized frame
+            line = self._raw.readline(1 << 20)
+            size += len(line)
+        return head, size
 
     async def __aiter__(self) -> AsyncIterator[str]:
-        async for line in self._file:
-            reply = invalid_request_reply(line)
+        limit = self._limits.max_frame_bytes
+        while True:
+            line, size = await anyio.to_thread.run_sync(self._next)
+            if not line:
+                return
+            if size > limit:
+                error = FrameError(
+                    INVALID_REQUEST,
+                    f"Invalid Request: message of {size} bytes exceeds the limit of {limit} bytes; fix: send "
+                    f"less, or raise the limit with {self._limits.option}",
+                    guess_id(line),
+                )
+                await self._wire.send_frame(error.reply().decode() + "\n")
+                continue
+            reply = invalid_request_reply(line, self._limits)
             if reply is None:
-                yield line
+                if line.strip():
+                    yield line.decode("utf-8")
             else:
                 await self._wire.send_frame(reply)
 
 
-async def serve_stdio(server: Any) -> None:
+async def serve_stdio(server: Any, limits: FrameLimits | None = None) -> None:
     """Serve one MCP session over the process's stdin/stdout (an `MCPServer`)."""
     wire_in, wire_out = claim_stdio()
     # closefd=False: the reader thread may still block on wire_in after the session ends.
-    reader = TextIOWrapper(os.fdopen(wire_in, "rb", closefd=False), encoding="utf-8", errors="replace")
-    writer = TextIOWrapper(os.fdopen(wire_out, "wb", closefd=False), encoding="utf-8")
+    reader = os.fdopen(wire_in, "rb", closefd=False)
+    writer = os.fdopen(wire_out, "wb", closefd=False)
     wire = _Wire(writer)
     # Explicit streams make the SDK skip its own (temporary) claim of fd 0 and fd 1.
-    streams = stdio_server(stdin=_Requests(reader, wire), stdout=wire)  # type: ignore[arg-type]
+    streams = stdio_server(stdin=_Requests(reader, wire, limits or FrameLimits()), stdout=wire)  # type: ignore[arg-type]
     async with streams as (read, write):
         lowlevel = server._lowlevel_server  # MCPServer.run_stdio_async does the same, with the SDK's claim
         await lowlevel.run(read, write, lowlevel.create_initialization_options())

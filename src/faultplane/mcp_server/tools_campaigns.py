@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from faultplane.core.formats import ExperimentError, dumps
+from faultplane.mcp_server.progress import watch
 
 __all__ = ["register"]
 
@@ -101,14 +103,19 @@ def register(server: Any, cfg: Any = None) -> None:
             dict[str, Any] | None, Field(description="values for every experiment's variables")
         ] = None,
         dry_run: Annotated[bool, Field(description="walk every run without touching the system")] = False,
+        ctx: Context | None = None,
     ) -> GameDayOutput:
         """Run a GameDay: lanes of experiments (ordered or parallel) under one shared load, every run through
         the policy, gates and rollbacks; returns the score (pass rate, recovery, load impact, compliance)."""
         from faultplane.services.gameday import run_gameday
 
         try:
-            analysis = await run_gameday(
-                _text_source(gameday), variables=variables, store=_store(cfg), dry_run=dry_run
+            # A cancelled request aborts the GameDay's runs, which roll back (see progress.watch).
+            analysis = await watch(
+                ctx,
+                lambda _: run_gameday(
+                    _text_source(gameday), variables=variables, store=_store(cfg), dry_run=dry_run
+                ),
             )
         except ExperimentError as exc:
             raise ToolError(_issues(exc)) from None
@@ -214,6 +221,7 @@ def register(server: Any, cfg: Any = None) -> None:
             ),
         ],
         variables: Annotated[dict[str, Any] | None, Field(description="fixed experiment variables")] = None,
+        ctx: Context | None = None,
     ) -> SearchOutput:
         """Boundary search: run the experiment up to `budget` times with sampled fault parameters (optuna,
         seeded) and find the combination that takes the SLO just past its bound. Every trial is a real,
@@ -223,7 +231,7 @@ def register(server: Any, cfg: Any = None) -> None:
         try:
             s = with_overrides(load_search_spec(spec), variables=variables)
             # the agent wrote the spec: it never chooses the policy its trials are checked against
-            result = await run_search(s, store=_store(cfg), allow_spec_policy=False)
+            result = await watch(ctx, lambda _: run_search(s, store=_store(cfg), allow_spec_policy=False))
         except ExperimentError as exc:
             raise ToolError(_issues(exc)) from None
         except ValueError as exc:  # a broken policy file in force: its message names the fix

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from faultplane.core.jsonrpc_guard import loads_bounded
 from faultplane.plane.plan import (
     ColdToolFault,
     DuplicateResponseFault,
@@ -411,7 +412,7 @@ def _json_blocks(result: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
                 text = block["text"].strip()
                 if text[:1] in ("{", "["):
                     with contextlib.suppress(ValueError):
-                        out.append((block, json.loads(text)))
+                        out.append((block, loads_bounded(text)))
     return out
 
 

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultplane.core.jsonrpc_guard import loads_bounded
 from faultplane.plane.faults import (
     Decision,
     FaultEngine,
@@ -99,7 +100,7 @@ class Interceptor:
         """`scope` keeps apart equal JSON-RPC ids from different exchanges (HTTP sessions reuse ids);
         `session` names the connection calls queue on (head-of-line blocking), by default `scope`."""
         try:
-            msg = json.loads(raw)
+            msg = loads_bounded(raw)
         except ValueError:
             return PASS  # not ours to judge; the server decides what to do with garbage
         if not isinstance(msg, dict):
@@ -113,6 +114,10 @@ class Interceptor:
             elif method == DETECTED_METHOD:
                 return self._client_noticed(msg)
             return PASS
+        if not isinstance(msg["id"], str | int) or isinstance(msg["id"], bool):
+            return (
+                PASS  # not a request (its answer, an error, carries id null): nothing to pair or to wait for
+            )
         rid = request_id_key(msg["id"])
         key = scope + rid
         try:
@@ -207,7 +212,7 @@ class Interceptor:
         if not self._pending and not self._swallow:
             return _PASS_SERVER
         try:
-            msg = json.loads(raw)
+            msg = loads_bounded(raw)
         except ValueError:
             return _PASS_SERVER
         if not isinstance(msg, dict) or "method" in msg or "id" not in msg:

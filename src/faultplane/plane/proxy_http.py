@@ -33,6 +33,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from faultplane.core.jsonrpc_guard import (
+    DEFAULT_MAX_DEPTH,
+    INVALID_REQUEST,
+    FrameError,
+    guess_id,
+    loads_bounded,
+    too_deep,
+)
 from faultplane.plane.faults import request_id_key
 from faultplane.plane.interceptor import Interceptor
 from faultplane.plane.plan import FaultPlan, PlanError, load_plan
@@ -60,6 +68,25 @@ _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE_SPLIT = re.compile(rb"\r\n|\n|\r")
 _FLUSH_EVERY_S = 1.0
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+INTERNAL_ERROR = -32603
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_capped(chunks: AsyncIterator[bytes], cap: int) -> bytes:
+    buf = bytearray()
+    async for chunk in chunks:
+        buf += chunk
+        if len(buf) > cap:
+            raise _TooLarge(bytes(buf[:512]))
+    return bytes(buf)
+
+
+def _jsonrpc_error(status: int, error: FrameError, headers: dict[str, str] | None = None) -> Response:
+    return Response(error.reply(), status_code=status, media_type="application/json", headers=headers)
 
 
 @dataclass
@@ -71,6 +98,9 @@ class ProxySettings:
     allowed_origins: list[str] = field(default_factory=list)
     # How long a "timeout" fault keeps the client's connection open without answering.
     timeout_hold_s: float = 300.0
+    # The largest request body accepted, and the largest JSON response or SSE event relayed (413 / error).
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
 
 
 def _host_ok(host: str, allowed: list[str]) -> bool:
@@ -88,7 +118,10 @@ def _origin_ok(origin: str, allowed: list[str]) -> bool:
 
 
 def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in request.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP]
+    # Whitespace around a field value is not part of it (RFC 9110 §5.5): forwarded trimmed, as received.
+    return [
+        (k, v.strip(b" \t")) for k, v in request.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP
+    ]
 
 
 def _response_headers(resp: httpx2.Response) -> dict[str, str]:
@@ -124,7 +157,12 @@ class _Relay:
         if origin is not None and not _origin_ok(origin, self.settings.allowed_origins):
             return JSONResponse({"error": "Invalid Origin header"}, status_code=403)
         assert self.client is not None
-        body = await request.body() if request.method == "POST" else b""
+        body = b""
+        if request.method == "POST":
+            refused = await self._read_body(request)
+            if isinstance(refused, Response):
+                return refused
+            body = refused
         scope = f"x{next(self._exchanges)}:"
         key: str | None = None
         if body and request.method == "POST":
@@ -166,8 +204,12 @@ class _Relay:
             return StreamingResponse(
                 self._sse(resp, scope, key), status_code=resp.status_code, headers=headers
             )
-        data = await resp.aread()
-        await resp.aclose()
+        try:
+            data = await _read_capped(resp.aiter_raw(), self.settings.max_body_bytes)
+        except _TooLarge:
+            data = self._oversized_answer(key, scope)
+        finally:
+            await resp.aclose()
         # One HTTP body carries one JSON message, so a duplicate fault has nothing to repeat here.
         answer = self.interceptor.on_server_frame(data, scope, can_duplicate=False)
         self.interceptor.abandon(key, "rpc_error")  # a no-op unless the body did not answer the request
@@ -180,10 +222,48 @@ class _Relay:
             out, status_code=resp.status_code, headers=headers, background=BackgroundTask(self._tick)
         )
 
+    async def _read_body(self, request: Request) -> bytes | Response:
+        """The request body, or the JSON-RPC error for one too large (413) or nested too deep (400)."""
+        cap = self.settings.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        head = b""
+        try:
+            if declared.isdigit() and int(declared) > cap:
+                raise _TooLarge(b"")
+            body = await _read_capped(request.stream(), cap)
+        except _TooLarge as exc:
+            head = exc.args[0]
+            error = FrameError(
+                INVALID_REQUEST,
+                f"Invalid Request: body exceeds the proxy's limit of {cap} bytes; fix: send less, or raise "
+                "it with --max-body-bytes",
+                guess_id(head),
+            )
+            return _jsonrpc_error(413, error)
+        if too_deep(body, self.settings.max_depth):
+            error = FrameError(
+                INVALID_REQUEST,
+                f"Invalid Request: JSON nested deeper than {self.settings.max_depth} levels",
+                guess_id(body),
+            )
+            return _jsonrpc_error(400, error)
+        return body
+
+    def _oversized_answer(self, key: str, scope: str) -> bytes:
+        """An error answering the request whose response was larger than the proxy relays."""
+        rid = json.loads(key[len(scope) :]) if key.startswith(scope) else None
+        error = FrameError(
+            INTERNAL_ERROR,
+            f"Internal error: the server's response exceeds the proxy's limit of {self.settings.max_body_bytes}"
+            " bytes; fix: raise it with --max-body-bytes",
+            rid if isinstance(rid, str | int) else None,
+        )
+        return error.reply()
+
     @staticmethod
     def _key_of(body: bytes, scope: str) -> str | None:
         try:
-            msg = json.loads(body)
+            msg = loads_bounded(body)
         except ValueError:
             return None
         if isinstance(msg, dict) and "method" in msg and "id" in msg:
@@ -206,27 +286,48 @@ class _Relay:
     async def _sse(self, resp: httpx2.Response, scope: str, key: str) -> AsyncIterator[bytes]:
         buf = b""
         swallowed = False
+        skipping = False  # inside an event larger than the limit: its bytes are dropped as they come
+        cap = self.settings.max_body_bytes
         try:
             async for chunk in resp.aiter_raw():
                 buf += chunk
+                if skipping or (len(buf) > cap and _EVENT_END.search(buf) is None):
+                    m = _EVENT_END.search(buf)
+                    if m is None:
+                        skipping, buf = True, buf[-3:]  # a separator may straddle two chunks
+                        continue
+                    skipping, buf = False, buf[m.end() :]
+                    yield self._oversized_event(key, scope)
+                    self._tick()
                 while True:
                     m = _EVENT_END.search(buf)
                     if m is None:
                         break
                     block, buf = buf[: m.end()], buf[m.end() :]
+                    if len(block) > cap:
+                        yield self._oversized_event(key, scope)
+                        self._tick()
+                        continue
                     outs, dropped, answered = await self._event(block, m.group(), scope)
                     swallowed |= dropped
                     for out in outs:
                         yield out
                     if answered:
                         self._tick()  # after the bytes went out, so a held response follows this one
-            if buf:
+            if buf and not skipping:
                 yield buf
             if swallowed:
                 await anyio.sleep(self.settings.timeout_hold_s)
         finally:
             await resp.aclose()
             self.interceptor.abandon(key)
+
+    def _oversized_event(self, key: str, scope: str) -> bytes:
+        """What the client gets in place of an SSE event larger than the limit: an error answering it."""
+        log.warning("replaced an SSE event above %d bytes from the server", self.settings.max_body_bytes)
+        answer = self._oversized_answer(key, scope)
+        self.interceptor.on_server_frame(answer, scope)
+        return b"event: message\ndata: " + answer + b"\n\n"
 
     async def _event(self, block: bytes, sep: bytes, scope: str) -> tuple[list[bytes], bool, bool]:
         """The SSE event as it should go out, whether a timeout fault swallowed it, whether it answers."""
@@ -356,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--allow-host", action="append", default=[])
     parser.add_argument("--allow-origin", action="append", default=[])
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     args = parser.parse_args(argv)
     return serve(
         upstream=args.upstream,
@@ -369,6 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record=not args.no_record,
         allowed_hosts=args.allow_host,
         allowed_origins=args.allow_origin,
+        max_body_bytes=args.max_body_bytes,
     )
 
 
@@ -385,6 +488,7 @@ def serve(
     record: bool = True,
     allowed_hosts: list[str] | None = None,
     allowed_origins: list[str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="faultplane-plane: %(message)s")
     try:
@@ -405,6 +509,7 @@ def serve(
         strict=strict,
         allowed_hosts=allowed_hosts or [],
         allowed_origins=allowed_origins or [],
+        max_body_bytes=max_body_bytes,
     )
     recorder = Recorder(
         session_id=session_id,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -24,23 +23,44 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from faultplane.core.jsonrpc_guard import (
+    INVALID_REQUEST,
+    FrameError,
+    FrameLimits,
+    guess_id,
+    loads_bounded,
+    too_deep,
+)
 from faultplane.plane.interceptor import PASS, Interceptor
 from faultplane.plane.plan import FaultPlan, PlanError, load_plan
 from faultplane.plane.recorder import Recorder
 
-__all__ = ["main", "run_stdio_proxy"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "main", "run_stdio_proxy"]
+
+INTERNAL_ERROR = -32603
 
 log = logging.getLogger("faultplane.plane")
 
-_LINE_LIMIT = 64 * 1024 * 1024
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 _FLUSH_EVERY_S = 1.0
 
 
-class _LineReader:
-    """Splits a byte stream into newline-terminated frames (the terminator stays on the frame)."""
+class Oversized(bytes):
+    """The first bytes of a frame longer than the limit (the rest was discarded); `size` is its length."""
 
-    def __init__(self, receive: Callable[[], Awaitable[bytes]]) -> None:
+    size: int
+
+
+class _LineReader:
+    """Splits a byte stream into newline-terminated frames (the terminator stays on the frame).
+
+    A frame longer than `limit` is not buffered: its first bytes come back as `Oversized` once its newline
+    has gone by, so one huge frame costs one limit of memory and the session goes on.
+    """
+
+    def __init__(self, receive: Callable[[], Awaitable[bytes]], limit: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._receive = receive
+        self._limit = limit
         self._buf = bytearray()
         self._scanned = 0  # bytes already known to hold no newline, so big frames are scanned once
         self._eof = False
@@ -48,6 +68,12 @@ class _LineReader:
     async def readline(self) -> bytes:
         while True:
             i = self._buf.find(b"\n", self._scanned)
+            if i >= self._limit:
+                head = Oversized(bytes(self._buf[:512]))
+                head.size = i + 1
+                del self._buf[: i + 1]
+                self._scanned = 0
+                return head
             if i >= 0:
                 line = bytes(self._buf[: i + 1])
                 del self._buf[: i + 1]
@@ -59,8 +85,8 @@ class _LineReader:
                 self._buf.clear()
                 self._scanned = 0
                 return line
-            if len(self._buf) > _LINE_LIMIT:
-                raise ValueError(f"frame longer than {_LINE_LIMIT} bytes without a newline")
+            if len(self._buf) > self._limit:
+                return await self._skip_oversized()
             try:
                 chunk = await self._receive()
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -70,6 +96,28 @@ class _LineReader:
             else:
                 self._buf += chunk
 
+    async def _skip_oversized(self) -> Oversized:
+        head = Oversized(bytes(self._buf[:512]))
+        size = len(self._buf)
+        self._buf.clear()
+        self._scanned = 0
+        while not self._eof:
+            try:
+                chunk = await self._receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                chunk = b""
+            if not chunk:
+                self._eof = True
+                break
+            i = chunk.find(b"\n")
+            if i >= 0:
+                size += i + 1
+                self._buf += chunk[i + 1 :]
+                break
+            size += len(chunk)
+        head.size = size
+        return head
+
 
 async def _own_stdio(
     stdin_fd: int, stdout_fd: int
@@ -78,7 +126,7 @@ async def _own_stdio(
     loop = asyncio.get_running_loop()
     receive: Callable[[], Awaitable[bytes]]
     try:
-        reader = asyncio.StreamReader(limit=_LINE_LIMIT, loop=loop)
+        reader = asyncio.StreamReader(limit=1 << 20, loop=loop)  # read() in chunks; the limit is ours
         await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
             open(stdin_fd, "rb", 0, closefd=False),  # noqa: SIM115
@@ -132,6 +180,7 @@ async def run_stdio_proxy(
     stdin_fd: int = 0,
     stdout_fd: int = 1,
     drain_timeout_s: float = 30.0,
+    limits: FrameLimits | None = None,
 ) -> int:
     """Relay until the client hangs up and the child exits; return the child's exit code."""
     if not command:
@@ -143,8 +192,9 @@ async def run_stdio_proxy(
     )
     assert process.stdin is not None and process.stdout is not None
     child_in: anyio.abc.ByteSendStream = process.stdin
-    child_out = _LineReader(process.stdout.receive)
-    client_in = _LineReader(receive)
+    limits = limits or FrameLimits(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
+    child_out = _LineReader(process.stdout.receive, limits.max_frame_bytes)
+    client_in = _LineReader(receive, limits.max_frame_bytes)
     in_flight = 0  # delayed frames not yet forwarded
     held: list[list[bytes]] = []  # responses held back by a reorder fault; a list each, so equal bytes differ
     child_stdin_open = True
@@ -191,6 +241,11 @@ async def run_stdio_proxy(
             if not line.strip():
                 await send_child(line)
                 continue
+            refusal = _refusal(line, limits, "request")
+            if refusal is not None:
+                deliver(refusal.reply() + b"\n")
+                await drain_client()
+                continue
             action = interceptor.on_client_frame(line)
             if action is PASS:
                 await send_child(line)
@@ -214,6 +269,16 @@ async def run_stdio_proxy(
             line = await child_out.readline()
             if not line:
                 break
+            if isinstance(line, Oversized):
+                # The client cannot be handed a frame above the limit; the request it answered gets an
+                # error in its place, so the client is not left waiting.
+                refusal = _refusal(line, limits, "response")
+                log.warning(
+                    "dropped a %d-byte frame from the server (limit %d)", line.size, limits.max_frame_bytes
+                )
+                if refusal is None or refusal.rid is None:
+                    continue
+                line = Oversized(refusal.reply() + b"\n")
             action = interceptor.on_server_frame(line)
             if action.hold_s is None:
                 response = not held or _is_response(line)  # parsed only while something is held
@@ -263,9 +328,30 @@ async def run_stdio_proxy(
     return code
 
 
+def _refusal(line: bytes, limits: FrameLimits, what: str) -> FrameError | None:
+    """The error owed for a frame the proxy will not relay: larger than the limit, or nested too deep to
+    parse safely. Everything else passes untouched, invalid or not: judging it is the server's job."""
+    if isinstance(line, Oversized):
+        code = INVALID_REQUEST if what == "request" else INTERNAL_ERROR
+        return FrameError(
+            code,
+            f"{'Invalid Request' if what == 'request' else 'Internal error'}: {what} of {line.size} bytes "
+            f"exceeds the proxy's limit of {limits.max_frame_bytes} bytes; fix: raise it with "
+            f"{limits.option}",
+            guess_id(line),
+        )
+    if too_deep(line, limits.max_depth):
+        return FrameError(
+            INVALID_REQUEST,
+            f"Invalid Request: JSON nested deeper than {limits.max_depth} levels",
+            guess_id(line),
+        )
+    return None
+
+
 def _is_response(line: bytes) -> bool:
     try:
-        msg = json.loads(line)
+        msg = loads_bounded(line)
     except ValueError:
         return False
     return (
@@ -292,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--session", default=None)
     parser.add_argument("--store", default=None)
     parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -302,6 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         session_id=args.session,
         store=args.store,
         record=not args.no_record,
+        max_frame_bytes=args.max_frame_bytes,
     )
 
 
@@ -313,12 +401,18 @@ def serve(
     session_id: str | None = None,
     store: str | None = None,
     record: bool = True,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
 ) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="faultplane-plane: %(message)s")
     try:
         plan = load_plan(plan_path)
     except PlanError as exc:
         print(f"faultplane plane proxy: {exc}", file=sys.stderr)
+        return 2
+    try:
+        limits = FrameLimits(max_frame_bytes=max_frame_bytes)
+    except ValueError as exc:
+        print(f"faultplane plane proxy stdio: {exc}", file=sys.stderr)
         return 2
     if not command:
         print("faultplane plane proxy stdio: give the server command after `--`", file=sys.stderr)
@@ -333,7 +427,9 @@ def serve(
         enabled=record,
     )
     try:
-        return anyio.run(lambda: run_stdio_proxy(command, plan, strict=strict, recorder=recorder))
+        return anyio.run(
+            lambda: run_stdio_proxy(command, plan, strict=strict, recorder=recorder, limits=limits)
+        )
     except (FileNotFoundError, PermissionError) as exc:
         print(f"faultplane plane proxy stdio: cannot start server: {exc}", file=sys.stderr)
         return 127

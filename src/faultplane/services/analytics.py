@@ -40,9 +40,15 @@ class QueryError(ValueError):
     """The SQL was refused or failed. The message names the field and the fix."""
 
 
+_JSON_TYPES = ("string", "number", "boolean", "null", "array", "object")
+
+
 class QueryResult(BaseModel):
     columns: list[str]
-    rows: list[list[Any]] = Field(description="at most `limit` rows, values made JSON-safe")
+    rows: list[list[Any]] = Field(
+        description="at most `limit` rows, values made JSON-safe",
+        json_schema_extra={"items": {"type": "array", "items": {"type": list(_JSON_TYPES)}}},
+    )
     row_count: int
     truncated: bool = Field(description="true when the query returned more rows than the limit")
 

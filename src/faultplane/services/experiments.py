@@ -93,21 +93,54 @@ def experiment_dirs() -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
+# path -> ((size, mtime_ns), its info or None when it is no experiment): a file is parsed again only when it
+# changed, so listing experiments (every chaos_status call) costs a directory walk, not a YAML parse each.
+_INFO_CACHE: dict[str, tuple[tuple[int, int], ExperimentInfo | None]] = {}
+
+
+def _info(path: str) -> ExperimentInfo | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    stamp = (st.st_size, st.st_mtime_ns)
+    hit = _INFO_CACHE.get(path)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    try:
+        doc = load_document(Path(path))
+    except (ExperimentError, OSError):  # unreadable, or removed while we scanned
+        return None
+    info = None
+    if "method" in doc and "title" in doc:  # else a policy, plan or var file living beside experiments
+        info = ExperimentInfo(
+            name=Path(path).stem, path=path, title=doc.get("title"), tags=list(doc.get("tags") or [])
+        )
+    _INFO_CACHE[path] = (stamp, info)
+    return info
+
+
+def _candidates(root: Path) -> list[str]:
+    """Files under `root` with an experiment suffix, in `sorted(root.rglob("*"))` order (plain strings and
+    os.walk: this runs on every chaos_status call, and pathlib objects cost more than the walk)."""
+    found = []
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            if os.path.splitext(name)[1] in _SUFFIXES:
+                found.append(os.path.join(dirpath, name))
+    return sorted(found, key=lambda p: p.split(os.sep))
+
+
 def list_experiments() -> list[ExperimentInfo]:
     seen: dict[str, ExperimentInfo] = {}
     for d in experiment_dirs():
-        for path in sorted(d.rglob("*")):
-            if path.suffix not in _SUFFIXES or not path.is_file() or path.stem in seen:
+        for path in _candidates(d):
+            stem = os.path.splitext(os.path.basename(path))[0]
+            if stem in seen:
                 continue
-            try:
-                doc = load_document(path)
-            except (ExperimentError, OSError):  # unreadable, or removed while we scanned
-                continue
-            if "method" not in doc or "title" not in doc:
-                continue  # a policy, plan or var file living beside experiments
-            seen[path.stem] = ExperimentInfo(
-                name=path.stem, path=str(path), title=doc.get("title"), tags=list(doc.get("tags") or [])
-            )
+            info = _info(path)
+            if info is not None:
+                seen[stem] = info.model_copy()
     return list(seen.values())
 
 
