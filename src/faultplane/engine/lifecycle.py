@@ -595,6 +595,8 @@ class _Runner:
             if handle_signals:
                 await outer.start(self._watch_signals, scope)  # armed before the first activity runs
             load = self._start_load(outer)
+            if load is not None:
+                await load[0].wait_started()  # worker processes take a moment: gates must not read nothing
             # blocking probes may run on this loop's thread while nothing else needs it (see providers), and
             # only where the run's own activity timeouts are the only deadlines (not inside a caller's)
             self.ctx.inline = (
