@@ -334,9 +334,12 @@ class LoadGenerator:
     def _ingest(self, index: int, frame: dict[str, Any]) -> None:
         lat = np.frombuffer(frame["lat"], dtype=np.float32) if frame["lat"] else None
         with self._lock:
-            slot = self._slots.get(frame["slot"])
+            # a frame later than its second's summary (a descheduled worker) joins the first open second, so
+            # the series always adds up to the totals
+            slot_id = max(frame["slot"], self._closed_until * _SLOTS_PER_S)
+            slot = self._slots.get(slot_id)
             if slot is None:
-                slot = self._slots[frame["slot"]] = _Slot()
+                slot = self._slots[slot_id] = _Slot()
             slot.add(frame, lat)
             for key in _FIGURES:
                 if key in ("failed_status", "failed_network"):

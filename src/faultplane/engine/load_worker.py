@@ -365,8 +365,9 @@ class Worker:
             self.sweep(now)
             if now >= self.t0 + next_slot * SLOT_S:
                 # everything counted so far belongs to the slot that just closed
-                self.flush(next_slot - 1)
-                next_slot = int((now - self.t0) / SLOT_S) + 1
+                current = int((now - self.t0) / SLOT_S)
+                self.flush(current - 1)
+                next_slot = current + 1
 
 
 async def _main() -> None:
