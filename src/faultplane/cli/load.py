@@ -58,7 +58,16 @@ def summary_table(s: dict[str, Any]) -> Table:
     t.add_row("target", f"{spec['method']} {spec['url']}")
     t.add_row("rate asked / achieved (req/s)", f"{spec['rate']:g} / {s.get('achieved_rate') or 0:g}")
     t.add_row("duration (s)", f"{s['duration_s']:g}")
-    t.add_row("sent / ok / errors", f"{s['sent']} / {s['ok']} / {s['errors']}")
+    not_sent = s.get("not_sent") or {}
+    t.add_row("scheduled", str(s.get("scheduled", s["sent"])))
+    t.add_row(
+        "  sent / not sent (generator behind, in-flight bound)",
+        f"{s['sent']} / {not_sent.get('behind', 0)}, {not_sent.get('in_flight_limit', 0)}",
+    )
+    t.add_row(
+        "  ok / failed by status / failed by network",
+        f"{s['ok']} / {s.get('failed_status', 0)} / {s.get('failed_network', 0)}",
+    )
     rate = s.get("error_rate")
     t.add_row("error rate", "-" if rate is None else f"{rate * 100:.2f}%")
     t.add_row("throughput (ok/s)", f"{s.get('throughput') or 0:g}")
@@ -66,8 +75,10 @@ def summary_table(s: dict[str, Any]) -> Table:
         t.add_row(f"latency {k} (ms)", _ms(lat.get(k)))
     if s.get("errors_by"):
         t.add_row("errors by kind", ", ".join(f"{k} x{v}" for k, v in s["errors_by"].items()))
-    if s.get("overflow"):
-        t.add_row("over the in-flight bound", str(s["overflow"]))
+    if s.get("saturated"):
+        t.add_row("[yellow]generator[/]", f"[yellow]{s['saturated']['message']}[/]")
+    for problem in s.get("worker_errors") or []:
+        t.add_row("[red]worker failed[/]", f"[red]{problem}[/]")
     return t
 
 
@@ -84,6 +95,12 @@ def load(
     max_in_flight: Annotated[
         int, typer.Option("--max-in-flight", help="requests outstanding at once; beyond it, an error")
     ] = 500,
+    connections: Annotated[
+        int, typer.Option("--connections", "-c", help="keep-alive connections at most (one request each)")
+    ] = 100,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="generator processes (default: by rate and cores)")
+    ] = None,
     arrival: Annotated[str, typer.Option("--arrival", help="constant | poisson")] = "constant",
     data: Annotated[str | None, typer.Option("--data", help="JSON body sent with every request")] = None,
     header: Annotated[
@@ -96,7 +113,8 @@ def load(
     """Send HTTP requests at a constant arrival rate and measure them without coordinated omission.
 
     Latency counts from each request's scheduled time, so a slow service shows as latency, not as a lower rate.
-    Exit 0 when the run finished, 1 when any request failed, 2 on bad input."""
+    Past the generator's own limit it levels off and says "generator saturated at N/s".
+    Exit 0 when the run finished, 1 when any request failed (or a worker did), 2 on bad input."""
     spec_in: dict[str, Any] = {
         "url": url,
         "rate": rate,
@@ -104,6 +122,8 @@ def load(
         "method": method,
         "timeout_s": timeout_s,
         "max_in_flight": max_in_flight,
+        "connections": connections,
+        "workers": workers,
         "arrival": arrival,
     }
     if data is not None:
@@ -181,7 +201,7 @@ def load(
         print(json.dumps(s, indent=2))
     else:
         console.print(summary_table(s))
-    raise typer.Exit(1 if s["errors"] else 0)
+    raise typer.Exit(1 if s["errors"] or s.get("worker_errors") else 0)
 
 
 def register(app: typer.Typer) -> None:

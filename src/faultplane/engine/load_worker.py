@@ -38,7 +38,24 @@ from urllib.parse import urlsplit
 import httptools
 
 SLOT_S = 0.1
+# the generator counts itself as the bottleneck over a slot in which its process was busy this share of the
+# time, or reached an arrival this late: a refused arrival is then `behind`, not the service's overflow
+SATURATED_CPU = 0.85
+SATURATED_LAG_S = 0.05
 _SWEEP_S = 0.02
+
+
+def _cpu_demand() -> float:
+    """Seconds this process ran or was ready to run (on Linux: CPU time plus run-queue wait, from schedstat).
+
+    On a shared machine a generator starved of CPU is as much the bottleneck as one using a whole core: both
+    mean it wanted the CPU all the time. Elsewhere, CPU time alone."""
+    try:
+        with open("/proc/self/schedstat", "rb") as fh:
+            run_ns, wait_ns, _ = fh.read().split()
+        return (int(run_ns) + int(wait_ns)) / 1e9
+    except (OSError, ValueError):
+        return time.process_time()
 
 
 def _request_bytes(job: dict[str, Any]) -> tuple[bytes, str, int, bool]:
@@ -130,6 +147,8 @@ class Worker:
         self.stopping = False
         self._reset_slot()
         self.totals: Counter[str] = Counter()
+        self.saturated = False
+        self._cpu_at, self._wall_at = _cpu_demand(), time.monotonic()
 
     def _reset_slot(self) -> None:
         self.s_sched = self.s_sent = self.s_ok = self.s_behind = self.s_overflow = 0
@@ -152,7 +171,12 @@ class Worker:
             self.s_behind += 1
             return
         if self.in_flight >= self.limit:
-            self.s_overflow += 1
+            # the bound is reached because answers come back slowly: the service's doing, unless this process
+            # is the one that cannot keep up (its core busy, its loop late), then the generator is behind
+            if self.saturated:
+                self.s_behind += 1
+            else:
+                self.s_overflow += 1
             return
         self.s_sent += 1  # issued: on the wire, connecting, or waiting for a connection of the pool
         if self.idle:
@@ -284,6 +308,11 @@ class Worker:
             self.totals[k] += frame[k]
         self.totals["failed_status"] += sum(self.s_status.values())
         self.totals["failed_network"] += sum(self.s_net.values())
+        cpu, wall = _cpu_demand(), time.monotonic()
+        busy = (cpu - self._cpu_at) / max(1e-6, wall - self._wall_at)
+        self.saturated = busy > SATURATED_CPU or self.s_lag_max > SATURATED_LAG_S
+        self._cpu_at, self._wall_at = cpu, wall
+        frame["busy"] = round(busy, 3)
         self._reset_slot()
         self.emit(frame)
 
