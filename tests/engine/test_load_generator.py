@@ -167,3 +167,71 @@ def test_percentile_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
     assert percentile([], 50) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"headers": {"X-Evil": "a\r\nInjected: 1"}}, "load.headers"),
+        ({"headers": {"Bad Name": "v"}}, "load.headers"),
+        ({"headers": {"X-Name": "日本"}}, "load.headers"),
+        ({"connections": 0}, "load.connections"),
+        ({"workers": 0}, "load.workers"),
+        ({"max_lag_s": -1}, "load.max_lag_s"),
+    ],
+)
+def test_hostile_specs_are_refused_before_any_worker_starts(spec: dict, field: str) -> None:
+    with pytest.raises(ExperimentError) as exc:
+        parse_load_spec({"url": "http://127.0.0.1:1/", "rate": 1, **spec})
+    assert field in {i.field for i in exc.value.issues}
+
+
+async def test_post_json_head_and_odd_paths_are_real_requests() -> None:
+    """The hand-written request line: a JSON body with its length, HEAD without a body to wait for, a query and
+    percent-encoded Unicode in the path; the server sees each as sent."""
+    seen: list[tuple[str, str, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _answer(self, body: bytes = b"ok") -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            seen.append((self.command, self.path, self.rfile.read(n) if n else b""))
+            self.send_response(201)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_POST = do_HEAD = do_GET = _answer
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        post = LoadGenerator(
+            {
+                "url": base + "/pay?x=1",
+                "method": "POST",
+                "rate": 20,
+                "duration_s": 0.5,
+                "json": {"amount": 12.5, "who": "Zoë"},
+            }
+        )
+        await post.run()
+        head = LoadGenerator({"url": base + "/h%C3%A9", "method": "HEAD", "rate": 20, "duration_s": 0.5})
+        await head.run()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    for gen in (post, head):
+        s = gen.summary()
+        assert s["scheduled"] == s["sent"] == s["ok"] == 10, s
+    posts = [x for x in seen if x[0] == "POST"]
+    assert len(posts) == 10 and all(
+        p == ("POST", "/pay?x=1", b'{"amount":12.5,"who":"Zo\xc3\xab"}') for p in posts
+    )
+    assert [x[1] for x in seen if x[0] == "HEAD"] == ["/h%C3%A9"] * 10

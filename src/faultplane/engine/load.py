@@ -121,6 +121,22 @@ class LoadSpec(BaseModel):
             raise ValueError(f"method must be one of {', '.join(_METHODS)} (got {v!r})")
         return up
 
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not name or any(c in name for c in ":\r\n ") or any(c in value for c in "\r\n"):
+                raise ValueError(
+                    f"header {name!r}: a name without ':', spaces or line breaks, a value on one line"
+                )
+            try:
+                (name + value).encode("latin-1")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"header {name!r}: HTTP/1.1 headers are Latin-1; percent-encode other characters"
+                ) from None
+        return v
+
     @model_validator(mode="after")
     def _one_body(self) -> LoadSpec:
         if self.json_body is not None and self.body is not None:

@@ -74,7 +74,7 @@ def _request_bytes(job: dict[str, Any]) -> tuple[bytes, str, int, bool]:
         lines.append("User-Agent: faultplane-load")
     body = b""
     if job.get("json") is not None:
-        body = json.dumps(job["json"], separators=(",", ":")).encode()
+        body = json.dumps(job["json"], separators=(",", ":"), ensure_ascii=False).encode()
         if "content-type" not in headers:
             lines.append("Content-Type: application/json")
     elif job.get("body") is not None:
