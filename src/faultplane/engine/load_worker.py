@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import math
 import os
 import pickle
 import random
@@ -43,6 +44,9 @@ SLOT_S = 0.1
 # time, or reached an arrival this late: a refused arrival is then `behind`, not the service's overflow
 SATURATED_CPU = 0.85
 SATURATED_LAG_S = 0.05
+# an arrival refused by the in-flight bound while the generator is this late is the generator's: its answers
+# are waiting unread as much as the service is slow
+REFUSED_LAG_S = 0.01
 _SWEEP_S = 0.02
 
 
@@ -149,6 +153,8 @@ class Worker:
         self._reset_slot()
         self.totals: Counter[str] = Counter()
         self.saturated = False
+        self._busy_checked = 0.0
+        self._busy_recent = False
         self._cpu_at, self._wall_at = _cpu_demand(), time.monotonic()
 
     def _reset_slot(self) -> None:
@@ -174,7 +180,7 @@ class Worker:
         if self.in_flight >= self.limit:
             # the bound is reached because answers come back slowly: the service's doing, unless this process
             # is the one that cannot keep up (its core busy, its loop late), then the generator is behind
-            if self.saturated or lag > SATURATED_LAG_S:
+            if self.saturated or lag > REFUSED_LAG_S or self._busy_now(now):
                 self.s_behind += 1
             else:
                 self.s_overflow += 1
@@ -189,6 +195,14 @@ class Worker:
             # every connection is busy: the request waits its turn here, its latency counting from its due
             # time (wrk2's correction); the wait is the server's doing, not the generator's
             self.queue.append(due)
+
+    def _busy_now(self, now: float) -> bool:
+        """Saturation measured since the last frame (at most every 10 ms): the first slot has no verdict yet."""
+        if now - self._busy_checked >= 0.01 and now - self._wall_at >= 0.05:  # a shorter window is noise
+            self._busy_checked = now
+            cpu = _cpu_demand()
+            self._busy_recent = (cpu - self._cpu_at) / max(1e-6, now - self._wall_at) > SATURATED_CPU
+        return self._busy_recent
 
     def _start(self, conn: _Conn, due: float, now: float) -> None:
         conn.due = due
@@ -208,6 +222,28 @@ class Worker:
             self._start(conn, due, now)
             return
         self.idle.append(conn)
+
+    async def warm_up(self) -> None:
+        """Open the connections a fast service needs at this rate (5 ms each) before the clock starts, as wrk2
+        does: otherwise the first burst is spent connecting and looks like a slow service. A failure here is
+        no outcome: the scheduled requests will meet it themselves."""
+        rate = float(self.job["rate"]) / int(self.job["workers"])
+        want = min(self.max_conns, math.ceil(rate * 0.005))
+        if want < 2:
+            return
+        loop = asyncio.get_running_loop()
+
+        async def one() -> None:
+            try:
+                async with asyncio.timeout(min(self.timeout, 5.0)):
+                    _, conn = await loop.create_connection(
+                        lambda: _Conn(self), self.host, self.port, ssl=self.ssl
+                    )
+            except (OSError, TimeoutError):
+                return
+            self.idle.append(conn)
+
+        await asyncio.gather(*(one() for _ in range(want)))
 
     async def _connect(self, due: float, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -326,6 +362,7 @@ class Worker:
     async def run(self, t0: float, stop: asyncio.Event) -> None:
         job = self.job
         self.t0 = t0
+        self._cpu_at, self._wall_at = _cpu_demand(), time.monotonic()  # the idle wait for t0 is no load
         workers, index = int(job["workers"]), int(job["index"])
         rate = float(job["rate"])
         duration = job.get("duration_s")
@@ -406,6 +443,7 @@ async def _main() -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     job = json.loads(await reader.readline())
     worker = Worker(job, sys.stdout.buffer)
+    await worker.warm_up()
     worker.emit({"ready": True, "pid": os.getpid()})
     line = await reader.readline()
     if not line.strip() or line.strip() == b"stop":
