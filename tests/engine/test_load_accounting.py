@@ -150,3 +150,40 @@ async def test_stopped_early_every_request_still_accounted() -> None:
     assert 110 <= s["scheduled"] <= 100 * s["duration_s"] + 1, s["scheduled"]
     assert_accounted(s)
     assert s["ok"] == s["sent"]  # those held by the stall were answered when it ended
+
+
+def test_workers_stop_when_their_parent_is_killed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A controller killed with SIGKILL leaves no load behind: its workers see their stdin close and stop."""
+    import time
+
+    import psutil
+
+    with stall_server(60, 1) as url:
+        code = (
+            "import anyio, sys\n"
+            "from faultplane.engine.load import LoadGenerator\n"
+            "async def main():\n"
+            f"    g = LoadGenerator({{'url': {url!r}, 'rate': 50}})\n"
+            "    async with anyio.create_task_group() as tg:\n"
+            "        tg.start_soon(g.run)\n"
+            "        await g.wait_started()\n"
+            "        print(*g.pids, flush=True)\n"
+            "        await anyio.sleep(60)\n"
+            "anyio.run(main)\n"
+        )
+        parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert parent.stdout is not None
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert pids and all(psutil.pid_exists(p) for p in pids)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [
+                p
+                for p in alive
+                if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+            ]
+            time.sleep(0.05)
+        assert not alive, f"workers still running after their parent died: {alive}"
