@@ -169,7 +169,9 @@ def _run(spec_in: dict[str, Any], as_json: bool, duration: float | None) -> None
         for issue in exc.issues:
             name = issue.field.removeprefix("option.")
             field = (
-                "URL" if name in ("url", "option") else "--" + name.replace("duration_s", "duration").replace("_", "-")
+                "URL"
+                if name in ("url", "option")
+                else "--" + name.replace("duration_s", "duration").replace("_", "-")
             )
             err_console.print(
                 f"[red]{field}: {issue.message}[/]" + (f"; fix: {issue.fix}" if issue.fix else "")

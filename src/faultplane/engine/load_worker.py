@@ -328,7 +328,7 @@ class Worker:
         nothing = not (self.s_sched or self.s_lat or self.s_net)
         if nothing and not self.busy:
             return
-        frame = {
+        frame: dict[str, Any] = {
             "slot": slot,
             "scheduled": self.s_sched,
             "sent": self.s_sent,
@@ -375,7 +375,7 @@ class Worker:
                 return prev + rng.expovariate(worker_rate)
             return t0 + (index + i * workers) / rate
 
-        state = {"i": 0, "due": due_at(0, t0)}
+        state: dict[str, float] = {"i": 0, "due": due_at(0, t0)}
         loop = asyncio.get_running_loop()
         finished = asyncio.Event()
 
@@ -385,7 +385,7 @@ class Worker:
                 finished.set()
                 return
             now = time.monotonic()
-            due, i = state["due"], state["i"]
+            due, i = state["due"], int(state["i"])
             while due <= now and due < end:
                 self.send(due, now)
                 i += 1
