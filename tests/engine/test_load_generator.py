@@ -235,3 +235,10 @@ async def test_post_json_head_and_odd_paths_are_real_requests() -> None:
         p == ("POST", "/pay?x=1", b'{"amount":12.5,"who":"Zo\xc3\xab"}') for p in posts
     )
     assert [x[1] for x in seen if x[0] == "HEAD"] == ["/h%C3%A9"] * 10
+
+
+def test_a_missing_url_or_rate_is_named() -> None:
+    with pytest.raises(ExperimentError) as exc:
+        parse_load_spec({})
+    assert [i.field for i in exc.value.issues] == ["load.url", "load.rate"]
+    assert all(i.fix for i in exc.value.issues)

@@ -70,7 +70,7 @@ async def test_a_missing_script_is_reported_not_raised(tmp_path: Path) -> None:
 def test_k6_spec_needs_a_script() -> None:
     with pytest.raises(ExperimentError) as exc:
         parse_load_spec({"engine": "k6"})
-    assert "script" in exc.value.issues[0].message
+    assert [i.field for i in exc.value.issues] == ["load.script"]
     with pytest.raises(ExperimentError) as exc:
         parse_load_spec({"engine": "wrk"})
     assert any("engine" in i.field for i in exc.value.issues)

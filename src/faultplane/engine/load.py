@@ -184,6 +184,22 @@ def parse_load_spec(data: Mapping[str, Any] | LoadSpec, where: str = "load") -> 
                 )
             ]
         )
+    engine = data.get("engine", "builtin")
+    needed = (
+        [("script", "the path of a k6 script, e.g. `script: scenarios/checkout.js`")]
+        if engine == "k6"
+        else [
+            ("url", "the URL to load, e.g. `url: http://127.0.0.1:8080/`"),
+            ("rate", "arrivals per second, e.g. `rate: 50`"),
+        ]
+        if engine == "builtin"
+        else []
+    )
+    missing = [
+        _issue(f"{where}.{key}", "is required", f"add {fix}") for key, fix in needed if data.get(key) is None
+    ]
+    if missing:
+        raise ExperimentError(missing)
     try:
         return LoadSpec.model_validate(dict(data))
     except ValidationError as exc:
