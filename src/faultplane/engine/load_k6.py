@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -45,10 +46,15 @@ def k6_binary() -> str | None:
 
 
 def _wall(stamp: str) -> float:
-    # k6 writes nanoseconds ("…57.165560918Z"); datetime takes at most microseconds
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    digits = "".join(c for c in frac if c.isdigit())[:6]
-    return datetime.fromisoformat(f"{head}.{digits or '0'}+00:00").timestamp()
+    """Seconds since the epoch of a k6 timestamp: RFC 3339 with up to nanoseconds, which datetime does not take."""
+    m = _STAMP.match(stamp)
+    if m is None:
+        raise ValueError(f"not a k6 timestamp: {stamp!r}")
+    zone = m["zone"] if m["zone"] not in (None, "Z", "z") else "+00:00"
+    return datetime.fromisoformat(f"{m['head']}.{(m['frac'] or '0')[:6]}{zone}").timestamp()
+
+
+_STAMP = re.compile(r"(?P<head>[^.Zz+]+T[0-9:]+)(?:\.(?P<frac>[0-9]+))?(?P<zone>[Zz]|[+-][0-9:]+)?$")
 
 
 class K6Load(LoadGenerator):
@@ -151,8 +157,11 @@ class K6Load(LoadGenerator):
                 "dropped_iterations",
             ):
                 continue
-            d = point["data"]
-            slot = max(0, int((_wall(d["time"]) - self._t0_wall) / _SLOT_S))
+            d = point.get("data") or {}
+            try:
+                slot = max(0, int((_wall(d["time"]) - self._t0_wall) / _SLOT_S))
+            except (KeyError, TypeError, ValueError):
+                continue  # a sample this k6 writes differently is skipped, never the run
             f = frames.get(slot)
             if f is None:
                 f = frames[slot] = {
