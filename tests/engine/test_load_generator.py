@@ -124,7 +124,8 @@ async def test_snapshot_windows_see_only_their_trailing_seconds() -> None:
         gen = LoadGenerator({"url": url, "rate": 50, "duration_s": 2})
         await gen.run()
     last = gen.snapshot(0.8)
-    assert last["error_rate"] == 1.0 and last["availability"] == 0.0
+    # requests 50.. are due from 1 s on: the last 0.8 s holds failures (a busy machine may delay a frame)
+    assert last["error_rate"] >= 0.9 and last["availability"] <= 0.1
     whole = gen.snapshot(5.0)
     assert whole["errors"] == 50 and whole["ok"] == 50 and whole["error_rate"] == pytest.approx(0.5)
     s = gen.summary()

@@ -51,6 +51,9 @@ __all__ = ["LoadGenerator", "LoadSpec", "make_load", "parse_load_spec", "percent
 
 _SLOT_S = 0.1
 _SLOTS_PER_S = 10
+# a second's row is written this long after it ends: the workers' frames (every 100 ms) have arrived by then
+# even on a busy machine; a later frame joins the next open second
+_ROW_GRACE_S = 0.5
 # Raw latencies older than this are dropped once their second is summarised: a long run keeps bounded memory.
 # Gate windows (`lookback_s`) are at most an hour in the schema but in practice a few seconds.
 RETENTION_S = 900.0
@@ -440,9 +443,9 @@ class LoadGenerator:
         second = 1
         while True:
             # a second is summarised once its last frames had time to arrive (workers report every 100 ms)
-            await anyio.sleep(max(0.0, self._t0 + second + 0.15 - time.monotonic()))
+            await anyio.sleep(max(0.0, self._t0 + second + _ROW_GRACE_S - time.monotonic()))
             with self._lock:
-                rows = self._close_seconds(int(time.monotonic() - 0.15 - self._t0))
+                rows = self._close_seconds(int(time.monotonic() - _ROW_GRACE_S - self._t0))
             self._emit(rows)
             second = max(second + 1, self._closed_until + 1)
 
