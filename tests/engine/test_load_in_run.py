@@ -41,6 +41,14 @@ async def test_load_feeds_the_gate_and_the_journal(store: Store) -> None:
         breaching = [s for s in journal["gates"]["samples"] if s["breaching"]]
         assert breaching and all(s["value"] > 250 for s in breaching)
         assert journal["load"]["sent"] > 0
+        # an aborted run mid-stall still accounts for every scheduled request, in the journal
+        for load in (load_journal(green.run_id, store)["load"], journal["load"]):
+            not_sent = load["not_sent"]["behind"] + load["not_sent"]["in_flight_limit"]
+            assert load["scheduled"] == load["sent"] + not_sent
+            assert load["in_flight"] == 0
+            assert load["sent"] == load["ok"] + load["failed_status"] + load["failed_network"]
+            assert sum(r["scheduled"] for r in load["series"]) == load["scheduled"]
+            assert sum(r["ok"] for r in load["series"]) == load["ok"]
 
 
 def test_bad_load_is_an_error_naming_the_field() -> None:

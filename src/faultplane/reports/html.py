@@ -64,6 +64,20 @@ def _load_section(ev: Evidence) -> str:
         ["rate (requests/s)", spec.get("rate")],
         ["duration (s)", load.get("duration_s")],
         ["sent / ok / errors", f"{load.get('sent')} / {load.get('ok')} / {load.get('errors')}"],
+    ]
+    if "scheduled" in load:  # every scheduled request in one place (journals from before have no such split)
+        not_sent = load.get("not_sent") or {}
+        rows += [
+            ["scheduled", load.get("scheduled")],
+            ["failed by status / by network", f"{load.get('failed_status')} / {load.get('failed_network')}"],
+            [
+                "not sent: generator behind / in-flight bound",
+                f"{not_sent.get('behind', 0)} / {not_sent.get('in_flight_limit', 0)}",
+            ],
+        ]
+        if load.get("saturated"):
+            rows.append(["generator", load["saturated"].get("message")])
+    rows += [
         ["error rate", load.get("error_rate")],
         ["throughput (ok/s)", load.get("throughput")],
         [

@@ -324,10 +324,10 @@ async def run_gameday(
     generator = None
     if gd.load is not None and not dry_run:
         from faultplane.core.config import resolve
-        from faultplane.engine.load import LoadGenerator, parse_load_spec
+        from faultplane.engine.load import make_load, parse_load_spec
 
         load_doc = resolve({"load": gd.load}, {**gd.variables, **overrides}).document["load"]
-        generator = LoadGenerator(parse_load_spec(load_doc, where="load"))
+        generator = make_load(parse_load_spec(load_doc, where="load"))
 
     def offset() -> float | None:
         return round(generator.elapsed(), 3) if generator is not None else None
@@ -401,6 +401,7 @@ async def run_gameday(
     if generator is not None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(generator.run)
+            await generator.wait_started()  # the load's worker processes take a moment to start
             await anyio.sleep(gd.baseline_s)
             snap = generator.snapshot(max(0.1, gd.baseline_s))
             baseline = {k: snap.get(k) for k in ("error_rate", "latency_p99", "throughput")}
