@@ -195,7 +195,9 @@ def test_lone_surrogates_and_nul_do_not_crash(project: Path) -> None:
 
 
 def test_non_string_fields(project: Path) -> None:
-    assert not judge_tool_call({"cwd": str(project), "tool_name": "Bash", "tool_input": {"command": 42}}).allow
+    assert not judge_tool_call(
+        {"cwd": str(project), "tool_name": "Bash", "tool_input": {"command": 42}}
+    ).allow
     assert not judge_tool_call({"cwd": str(project), "tool_name": "Bash", "tool_input": "rm -rf /"}).allow
     assert not judge_tool_call(["Bash"]).allow  # type: ignore[arg-type]
 
