@@ -187,3 +187,52 @@ async def test_a_stale_route_through_the_http_proxy_answers_another_calls_result
     assert not first.is_error and not second.is_error
     assert first.structured_content == {"items": ["item-0", "item-1"], "total": 2}
     assert second.structured_content == first.structured_content  # n=5 asked, n=2's answer given
+
+
+@pytest.mark.anyio
+async def test_a_stale_route_through_the_stdio_proxy_answers_another_calls_result(tmp_path: Path) -> None:
+    plan = write_plan(
+        tmp_path,
+        {"faults": [{"type": "registry_inconsistency", "mode": "stale_route", "tools": ["weather"]}]},
+    )
+    with anyio.fail_after(60):
+        async with Client(stdio_proxy_params(plan)) as c:
+            paris = await c.call_tool("weather", {"city": "Paris"})
+            oslo = await c.call_tool("weather", {"city": "Oslo"})
+    assert not paris.is_error and not oslo.is_error  # both succeed
+    assert paris.structured_content is not None and paris.structured_content["city"] == "Paris"
+    assert oslo.structured_content == paris.structured_content  # Oslo asked, Paris's weather given
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_head_of_line_blocking_through_the_http_proxy(
+    tmp_path: Path, http_upstream: Any, http_proxy: Any, mode: str
+) -> None:
+    """Over streamable HTTP calls queue on their MCP session (Mcp-Session-Id, the legacy protocol era); a
+    client without a session queues on the proxy's one upstream queue, like a gateway with one connection."""
+    plan = write_plan(
+        tmp_path, {"seed": 1, "faults": [{"type": "head_of_line", "added_ms": 800, "tools": ["slow"]}]}
+    )
+    url = http_proxy(http_upstream(), plan)
+    timings: dict[str, float] = {}
+    with anyio.fail_after(60):
+        async with Client(url, mode=mode) as c, Client(url, mode=mode) as other:  # type: ignore[arg-type]
+            await c.call_tool("add", {"a": 1, "b": 1})
+            await other.call_tool("add", {"a": 1, "b": 1})
+            t0 = time.perf_counter()
+
+            async def call(client: Client, label: str, name: str, args: dict[str, Any]) -> None:
+                await client.call_tool(name, args)
+                timings[label] = time.perf_counter() - t0
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, c, "slow", "slow", {"ms": 1})
+                await anyio.sleep(0.05)
+                tg.start_soon(call, c, "queued", "add", {"a": 2, "b": 3})
+                tg.start_soon(call, other, "elsewhere", "add", {"a": 2, "b": 3})
+    assert timings["slow"] >= 0.8 and timings["queued"] >= 0.75, timings  # behind the stall
+    if mode == "legacy":
+        assert timings["elsewhere"] < 0.75, timings  # another session is not held by it
+    else:
+        assert timings["elsewhere"] >= 0.75, timings  # no sessions: one queue for the whole proxy
