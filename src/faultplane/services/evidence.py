@@ -570,7 +570,7 @@ def window_rows(store: Any, per_experiment: int, experiment: str | None = None) 
     if not isinstance(per_experiment, int) or per_experiment < 1:
         raise EvidenceError(f"per_experiment: {per_experiment!r}; fix: a positive number of runs")
     params: list[Any] = []
-    where = "NOT dry_run AND status NOT IN ('running', 'refused')"
+    where = "NOT dry_run AND status NOT IN ('running', 'refused', 'interrupted')"
     if experiment:
         where += " AND (experiment_key = ? OR experiment_title = ?)"
         params += [experiment, experiment]
@@ -805,7 +805,7 @@ def summarize(store: Any, last: int | None = 10, experiment: str | None = None) 
     cards = scorecards(store, experiment)
     anomalous = {a.run_id for c in cards for a in c.anomalies}
     params: list[Any] = []
-    where = "NOT dry_run AND status NOT IN ('running', 'refused')"
+    where = "NOT dry_run AND status NOT IN ('running', 'refused', 'interrupted')"
     if experiment:
         where += " AND (experiment_key = ? OR experiment_title = ?)"
         params += [experiment, experiment]
