@@ -514,9 +514,21 @@ class LoadGenerator:
         """Figures over the trailing `window_s` seconds (100 ms granularity); see the `LoadFigures` protocol."""
         elapsed = self.elapsed()
         window = min(max(window_s, _SLOT_S), RETENTION_S)
-        covered = min(window, elapsed)
-        last = int(elapsed / _SLOT_S)
-        first = int(max(0.0, elapsed - window) / _SLOT_S)
+        return self._figures(
+            int(max(0.0, elapsed - window) / _SLOT_S), int(elapsed / _SLOT_S), min(window, elapsed)
+        )
+
+    def window(self, start_s: float, end_s: float) -> dict[str, float | None]:
+        """Figures of the requests scheduled between `start_s` and `end_s` seconds into the load (100 ms slots),
+        whenever they were answered: a run's own traffic, asked for once the load has stopped. A request
+        scheduled in another run's window is not counted."""
+        first, last = (
+            int(max(0.0, start_s) / _SLOT_S),
+            max(int(max(0.0, start_s) / _SLOT_S), int(end_s / _SLOT_S)),
+        )
+        return self._figures(first, last, max(_SLOT_S, end_s - start_s))
+
+    def _figures(self, first: int, last: int, covered: float) -> dict[str, float | None]:
         with self._lock:
             present = [s for k in range(first, last + 1) if (s := self._slots.get(k)) is not None]
             lat = _concat(present)

@@ -15,6 +15,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from faultplane.examples.bodies import decode_body
+
 try:
     from faultplane.faultpoint import fault_point
 except ImportError:  # the fault point module is optional for this demo
@@ -67,8 +69,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except json.JSONDecodeError:
+            body = decode_body(self.rfile.read(length), self.headers.get("Content-Type"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
             self._send(400, {"error": "body must be JSON"})
             return
         if self.path == "/admin/latency":

@@ -358,10 +358,6 @@ async def run_gameday(
             compliance=ids,
             error=result.error,
         )
-        if generator is not None and t_start is not None and run.ended_offset_s is not None:
-            # The trailing window is exactly this run's span (100 ms slots), overlapping runs included.
-            fig = generator.snapshot(max(0.1, run.ended_offset_s - t_start))
-            run.load_error_rate, run.load_p99_ms = fig.get("error_rate"), fig.get("latency_p99")
         runs.append(run)
         if on_run is not None:
             on_run(run)
@@ -407,8 +403,15 @@ async def run_gameday(
             baseline = {k: snap.get(k) for k in ("error_rate", "latency_p99", "throughput")}
             try:
                 await lanes()
+                # the last run's requests still in flight, and the workers' last frames, arrive before the
+                # load stops: each run's figures then count every request scheduled in its own window
+                await anyio.sleep(min(float(getattr(generator.spec, "timeout_s", 1.0) or 1.0), 2.0) + 0.3)
             finally:
                 tg.cancel_scope.cancel()
+        for run in runs:
+            if run.started_offset_s is not None and run.ended_offset_s is not None:
+                fig = generator.window(run.started_offset_s, run.ended_offset_s)
+                run.load_error_rate, run.load_p99_ms = fig.get("error_rate"), fig.get("latency_p99")
         load_summary = generator.summary()
         load_summary.pop("series", None)  # per-second rows live in the experiments' own journals
     else:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from faultplane.examples.bodies import decode_body
+
 __all__ = ["CURRENT", "JsonHandler", "percentile", "serve"]
 
 Route = Callable[[Any], tuple[int, Any]]
@@ -47,8 +49,8 @@ class JsonHandler(BaseHTTPRequestHandler):
             status, body = 404, {"error": f"no route {method} {path}"}
         else:
             try:
-                payload = json.loads(raw) if raw else {}
-            except json.JSONDecodeError:
+                payload = decode_body(raw, self.headers.get("Content-Type"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 status, body = 400, {"error": "the body must be JSON"}
             else:
                 try:
