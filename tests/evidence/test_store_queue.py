@@ -49,6 +49,8 @@ def _run(store: Store, doc: dict[str, Any], journals: Path) -> Any:
 
 def _raw_rows(path: Path, run_id: str) -> list[tuple[Any, ...]]:
     """What a reader outside Faultplane sees: the DuckDB file as it is, nothing written on its behalf."""
+    if not path.exists():
+        return []  # a first run does not even create the database: its rows wait in the queue
     con = duckdb.connect(str(path), read_only=True)
     try:
         return con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()

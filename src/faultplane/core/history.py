@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +47,16 @@ def _index_path(store_path: Path, family: str) -> Path:
 
 
 def drop_index(store_path: Path) -> None:
-    """Forget every family's index: the database file behind it was created anew."""
-    shutil.rmtree(_index_dir(store_path), ignore_errors=True)
+    """Forget every family's index: the database file behind it was created anew. An index made while
+    there was no database at all (empty, marked `without_db`) holds for the new file and is kept."""
+    folder = _index_dir(store_path)
+    for path in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            keep = json.loads(path.read_text(encoding="utf-8")).get("without_db") is True
+        except (OSError, ValueError):
+            keep = False
+        if not keep:
+            path.unlink(missing_ok=True)
 
 
 def _store_id(store_path: Path) -> list[int] | None:
@@ -65,7 +72,9 @@ def _read(store_path: Path, family: str) -> list[dict[str, Any]] | None:
         doc = json.loads(_index_path(store_path, family).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return None
-    if doc.get("family") != family or doc.get("store") != _store_id(store_path):
+    if doc.get("family") != family:
+        return None
+    if doc.get("store") != _store_id(store_path) and doc.get("without_db") is not True:
         return None
     rows = doc.get("rows")
     return rows if isinstance(rows, list) else None
@@ -75,7 +84,10 @@ def _write(store_path: Path, family: str, rows: list[dict[str, Any]]) -> None:
     path = _index_path(store_path, family)
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    doc = {"family": family, "store": _store_id(store_path), "rows": rows[:HISTORY_LIMIT]}
+    store_id = _store_id(store_path)
+    doc: dict[str, Any] = {"family": family, "store": store_id, "rows": rows[:HISTORY_LIMIT]}
+    if store_id is None:
+        doc["without_db"] = True  # no database yet, so surely no history: valid for the file once made
     tmp.write_text(json.dumps(doc), encoding="utf-8")
     tmp.replace(path)
 
@@ -130,6 +142,9 @@ def family_runs(
     if store.has_pending():
         store.flush()  # a finished run not written yet (its process was killed after its journal)
     rows = None if fresh else _read(store.path, family)
+    if rows is None and not store.path.exists():
+        _write(store.path, family, [])  # no database yet, so no history: a first run does not load DuckDB
+        return []
     if rows is None:
         placeholders = ", ".join("?" for _ in RECORDED_STATUSES)
         with store.connect() as con:  # the write lock, so no run is recorded between this read and the index
