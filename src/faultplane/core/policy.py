@@ -37,6 +37,8 @@ from faultplane.core import approval as approvals
 from faultplane.core.formats import load_yaml
 from faultplane.core.gates import LOAD_SLIS, GateSpec
 from faultplane.core.history import RECORDED_STATUSES, family_runs
+from faultplane.core.targets import production_reason, production_word
+from faultplane.core.targets import skeleton as _tr39_skeleton
 
 if TYPE_CHECKING:
     from faultplane.core.store import Store
@@ -467,7 +469,9 @@ def normalize_text(text: str, *, camel: bool = False) -> str:
         # split before folding so `isProd` reads as `is prod` while `Product` stays one word
         text = _CAMEL_HUMP.sub(" ", text)
         text = _CAMEL_ACRONYM.sub(" ", text)
-    return text.casefold().translate(_CONFUSABLES)
+    text = text.casefold().translate(_CONFUSABLES)
+    # the hand table above keeps camelCase capitals readable; Unicode's TR39 table covers everything else
+    return text if text.isascii() else _tr39_skeleton(text)
 
 
 def _decode_idna_host(host: str) -> str:
@@ -497,6 +501,9 @@ _HOSTISH_KEY = re.compile(
     r"(^|_)(host|hostname|hosts|server|address|addr|endpoint|url|uri|dsn|domain|fqdn)s?$"
 )
 _QUOTES = str.maketrans("", "", "\"'`\\^")
+_AT_HOST = re.compile(r"[a-z0-9_.\-]+@(?P<host>[a-z0-9][a-z0-9\-_.]*)")
+_ATTACHED_FLAG = re.compile(r"(?:^|(?<=[\s\"'=]))-(?P<f>[a-z])(?P<v>[a-z0-9][a-z0-9_.\-]*)")
+_FLOOR_NEGATIONS = ("non", "not", "no", "pre")
 
 # Fields that are prose for humans, not places the experiment acts on.
 _FREE_TEXT_TOP = {"title", "description", "contributions", "estimate", "version", "family", "runtime"}
@@ -622,10 +629,12 @@ class _Scanner:
         found = None
         subs = [s for s in _SUBWORD_SPLIT.split(token) if s]
         for i, sub in enumerate(subs):
+            negated = i > 0 and subs[i - 1] in self.rules.negations
+            if production_word(sub) and not (i > 0 and subs[i - 1] in _FLOOR_NEGATIONS):
+                found = sub  # the built-in floor: no allow pattern, no policy file switches it off
+                break
             if self._is_word(sub):
-                if i > 0 and subs[i - 1] in self.rules.negations:
-                    continue
-                if self._allowed(token, sub):
+                if negated or self._allowed(token, sub):
                     continue
                 found = sub
                 break
@@ -644,7 +653,7 @@ class _Scanner:
             for name, is_key, is_unless, is_value in self._label_rules:
                 if not is_key(nk) or is_unless(nv):
                     continue
-                if is_value(nv) and not self._allowed(nv):
+                if is_value(nv) and not (self._allowed(nv) and production_reason(nv) is None):
                     found = name
                     break
         self._label_hits[(key, value)] = found
@@ -683,8 +692,9 @@ class _Scanner:
                 rule=rule,
                 field=where,
                 message=message,
-                fix="point the experiment at a non-production target (staging, a local service); if this is a "
-                "false positive, add the value to `forbidden.allow` in faultplane.policy.yaml",
+                fix="point the experiment at a non-production target (staging, a local service); a false "
+                "positive of a word your policy added goes in `forbidden.allow` (production names cannot be "
+                "allowed)",
             )
         )
 
@@ -713,7 +723,7 @@ class _Scanner:
     def check_host(self, path: tuple[str | int, ...], host: str, shown: str) -> bool:
         host = _decode_idna_host(host.strip("[]."))
         norm = normalize_text(host)
-        if self._allowed(norm):
+        if self._allowed(norm) and production_reason(norm) is None:
             return False
         for label in norm.split("."):
             hit = self.word_hit(label)
@@ -795,7 +805,12 @@ class _Scanner:
             if hit:
                 self._add("forbidden.words", path, f"{_clip(shown)} names production ({hit!r} in {token!r})")
                 return True
-        return False
+        # libpq keyword DSNs (`host=prod1 dbname=x`), `user@host`, attached flags (`-nprod`): read as hosts,
+        # also inside secrets where bare words are not scanned
+        extra = [m["v"] for m in _KV.finditer(norm) if _HOSTISH_KEY.search(_NOT_KEY_CHARS.sub("_", m["k"]))]
+        extra += [m["host"] for m in _AT_HOST.finditer(norm)]
+        extra += [m["v"] for m in _ATTACHED_FLAG.finditer(norm)]
+        return any(self.check_host(path, host, shown) for host in extra)
 
     def check_argv(self, path: tuple[str | int, ...], items: Sequence[Any]) -> None:
         """`["kubectl", "-n", "prod-a"]`: a flag and its value are separate list items."""
