@@ -243,37 +243,29 @@ def _merge_forbidden(user: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _find_policy_file(start: Path) -> Path | None:
-    for folder in [start, *start.parents]:
-        for name in POLICY_FILENAMES:
-            candidate = folder / name
-            if candidate.is_file():
-                return candidate
-        if (folder / ".git").exists():
-            return None  # the project root: never pick up a policy from outside the project
-    return None
-
-
 def load_policy(
     path: str | os.PathLike[str] | None = None, *, start: str | os.PathLike[str] | None = None
 ) -> Policy:
-    """The policy in force: `path`, else $FAULTPLANE_POLICY, else faultplane.policy.yaml found from `start`
-    (default: cwd) up to the project root, else the strict built-in default."""
-    chosen: Path | None = None
-    if path:
-        chosen = Path(path).expanduser()
-    elif os.environ.get("FAULTPLANE_POLICY"):
-        chosen = Path(os.environ["FAULTPLANE_POLICY"]).expanduser()
-    if chosen is not None and not chosen.is_file():
-        raise PolicyError(f"policy file {chosen} does not exist (set by --policy or FAULTPLANE_POLICY)")
-    if chosen is None:
-        chosen = _find_policy_file(Path(start or Path.cwd()).resolve())
-    if chosen is None:
-        return Policy.strict_default()
+    """The policy in force: the strictest combination of the built-in floor, the user's policy, every
+    faultplane.policy.yaml from `start` (default: cwd) up to the root, and `path` or $FAULTPLANE_POLICY
+    (see core/policy_layers.py); the strict built-in default when there is no file at all."""
+    from faultplane.core.policy_layers import policy_in_force
+
+    return policy_in_force(path, start=start)
+
+
+def load_policy_file(chosen: Path) -> Policy:
+    """One policy file, validated (with `extend_defaults`, its forbidden rules add to the built-in ones)."""
+    from faultplane.core.hostile import HostileInput, parse_guarded, read_text_limited
+
     try:
-        data = load_yaml(chosen.read_text()) or {}
+        data = parse_guarded(load_yaml, read_text_limited(chosen, "policy file"), f"policy file {chosen}") or {}
+    except HostileInput as exc:
+        raise PolicyError(str(exc)) from None
+    except OSError as exc:
+        raise PolicyError(f"{chosen}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise PolicyError(f"{chosen}: not valid YAML: {exc}") from None
+        raise PolicyError(f"{chosen}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, Mapping):
         raise PolicyError(f"{chosen}: must be a mapping with forbidden/gates/blast_radius/approval sections")
     data = dict(data)
