@@ -1202,19 +1202,18 @@ _FAULT_HINTS = (
 )
 
 
-def _method_activities(raw: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    for item in raw.get("method") or []:
-        if isinstance(item, Mapping) and isinstance(item.get("provider"), Mapping):
-            yield dict(item)
-
-
 def _fault_types(
     raw: Mapping[str, Any], fault_type_of: Callable[[str, str], str | None] | None
 ) -> tuple[set[str], set[str]]:
     """(fault types, `driver.action` names) the method injects, read from its providers."""
+    from faultplane.core.effects import activities, effect_kinds
+
     kinds: set[str] = set()
     actions: set[str] = set()
-    for act in _method_activities(raw):
+    # by effect, in every place that executes (rollbacks, steady state and controls too), at any depth
+    for _section, act in activities(raw):
+        kinds |= effect_kinds(act["provider"])
+    for _section, act in activities(raw):
         prov = act["provider"]
         args = prov.get("arguments") if isinstance(prov.get("arguments"), Mapping) else {}
         for key in ("fault_type", "fault", "kind"):
