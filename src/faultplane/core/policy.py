@@ -37,6 +37,7 @@ from faultplane.core import approval as approvals
 from faultplane.core.formats import load_yaml
 from faultplane.core.gates import LOAD_SLIS, GateSpec
 from faultplane.core.history import RECORDED_STATUSES, family_runs
+from faultplane.core.inventory import Inventory, undeclared
 from faultplane.core.targets import production_reason, production_word
 from faultplane.core.targets import skeleton as _tr39_skeleton
 
@@ -206,6 +207,9 @@ class Policy(_Strict):
     gates: GateRules = Field(default_factory=lambda: GateRules())
     blast_radius: BlastRadiusRules = Field(default_factory=lambda: BlastRadiusRules())
     approval: ApprovalRules = Field(default_factory=lambda: ApprovalRules())
+    inventory: Inventory | None = Field(
+        default=None, description="the lab's declared targets; when present, anything undeclared is refused"
+    )
     source: str = Field(default="built-in strict default", exclude=True)
 
     @classmethod
@@ -259,7 +263,9 @@ def load_policy_file(chosen: Path) -> Policy:
     from faultplane.core.hostile import HostileInput, parse_guarded, read_text_limited
 
     try:
-        data = parse_guarded(load_yaml, read_text_limited(chosen, "policy file"), f"policy file {chosen}") or {}
+        data = (
+            parse_guarded(load_yaml, read_text_limited(chosen, "policy file"), f"policy file {chosen}") or {}
+        )
     except HostileInput as exc:
         raise PolicyError(str(exc)) from None
     except OSError as exc:
@@ -1347,6 +1353,8 @@ def evaluate(
     advice: list[str] = []
 
     violations += find_forbidden(raw, policy.forbidden, secret_values=secret_values)
+    if policy.inventory is not None:
+        violations += undeclared(raw, policy.inventory)
     violations += check_gates(raw, policy.gates)
 
     stage, stage_problems = _stage_of(raw, policy)
