@@ -105,3 +105,35 @@ def test_combine_takes_the_stricter_value_of_every_field() -> None:
 
 def test_loosening_needs_a_signed_approval_which_is_not_given(tmp_path: Path) -> None:
     assert loosening_approved(tmp_path / "x.yaml", "gates.required") is False
+
+
+@pytest.mark.parametrize(
+    "rollback_on",
+    [
+        "error_rate < 0 for 30s",
+        "error_rate <= -0.5 for 30s",
+        "error_rate > 1 for 30s",
+        "availability > 1 for 30s",
+        "availability < 0 for 30s",
+        "latency_p99 < 0 for 30s",
+        "throughput <= -1 for 30s",
+        "error_rate > 100% for 30s",
+    ],
+)
+def test_gates_that_cannot_trip_are_refused_at_phase_0(rollback_on: str) -> None:
+    sli = rollback_on.split()[0]
+    doc = base_experiment(slo_gates=[{"name": "g", "sli": sli, "rollback_on": rollback_on}])
+    decision = evaluate(doc, policy=Policy(), store=None)
+    assert not decision.allowed
+    assert any("never" in v.message for v in decision.violations if v.rule.startswith("gates")), (
+        decision.violations
+    )
+
+
+@pytest.mark.parametrize(
+    "rollback_on", ["error_rate > 0 for 30s", "availability < 1 for 30s", "error_rate >= 1 for 5s"]
+)
+def test_gates_that_can_trip_pass(rollback_on: str) -> None:
+    sli = rollback_on.split()[0]
+    doc = base_experiment(slo_gates=[{"name": "g", "sli": sli, "rollback_on": rollback_on}])
+    assert evaluate(doc, policy=Policy(), store=None).allowed

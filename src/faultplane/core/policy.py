@@ -926,6 +926,22 @@ def _gate_source_problem(spec: GateSpec, raw: Mapping[str, Any]) -> tuple[str, s
     return None
 
 
+_UNREACHABLE_FIX = (
+    "bound the SLI where it can go, e.g. `error_rate > 0.01 for 30s` or `availability < 0.99 for 30s`"
+)
+
+
+def _never_trips(sli: str, op: str, threshold: float) -> str | None:
+    """Why a gate's predicate can never be true for this SLI (every built-in SLI is >= 0; fractions <= 1)."""
+    if sli in ("probe", "prometheus"):
+        return None  # their values are the author's; only the fraction and sign rules below are known
+    if op in ("<", "<=") and (threshold < 0 or (op == "<" and threshold == 0)):
+        return f"{sli} is never below {threshold:g}, so `{sli} {op} {threshold:g}` can never trip"
+    if sli in _FRACTION_SLIS and op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)):
+        return f"{sli} is a fraction, never above 1, so `{sli} {op} {threshold:g}` can never trip"
+    return None
+
+
 def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
     out: list[Violation] = []
     gates = raw.get("slo_gates")
@@ -971,6 +987,10 @@ def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
                     f"write e.g. `{spec.sli} {pred.op} 0.01` or `{spec.sli} {pred.op} 1%`",
                 )
             )
+            continue
+        never = _never_trips(spec.sli, pred.op, pred.threshold)
+        if never is not None:
+            out.append(Violation("gates.unreachable", f"{where}.rollback_on", never, _UNREACHABLE_FIX))
             continue
         if not math.isfinite(pred.threshold):
             out.append(
