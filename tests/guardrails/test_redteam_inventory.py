@@ -135,3 +135,37 @@ def test_an_env_policy_cannot_drop_the_project_inventory(
     pol = load_policy()
     assert pol.inventory is not None and pol.inventory.hosts == []  # no entry both layers declare
     assert pol.inventory.kube_namespaces == ["staging", "team-*"]
+
+
+@pytest.mark.parametrize("name", ["prod-db", "proddb", "\u0440rod1", "payments-prodweb"])
+def test_fault_registration_names_are_judged_by_the_policy(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faultplane.core.faults import FaultRegistry
+    from faultplane.services.faults import FaultInputError, list_faults, manage_fault
+
+    monkeypatch.chdir(tmp_path)
+    reg = FaultRegistry(tmp_path / "faults.json")
+    with pytest.raises(FaultInputError, match="refused by policy"):
+        manage_fault(name, "register", fault_type="latency", probability=1.0, registry=reg)
+    with pytest.raises(FaultInputError, match="refused by policy"):
+        manage_fault("db", "register", fault_type="latency", target=f"{name}:5432", registry=reg)
+    assert list_faults(reg) == []
+    manage_fault("product-db", "register", fault_type="latency", probability=1.0, registry=reg)
+    assert [f.name for f in list_faults(reg)] == ["product-db"]
+
+
+def test_fault_registration_target_outside_the_inventory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faultplane.core.faults import FaultRegistry
+    from faultplane.services.faults import FaultInputError, manage_fault
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "faultplane.policy.yaml").write_text(yaml.safe_dump(POLICY))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
+    reg = FaultRegistry(tmp_path / "faults.json")
+    with pytest.raises(FaultInputError, match="inventory"):
+        manage_fault("db", "register", fault_type="latency", target="db7.corp", registry=reg)
+    manage_fault("db", "register", fault_type="latency", target="127.0.0.1", registry=reg)
