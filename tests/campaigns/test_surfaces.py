@@ -249,8 +249,8 @@ async def test_mcp_campaign_tools_run_under_the_servers_policy_only(
     lax.write_text(yaml.safe_dump(LAX_POLICY))
     prod = yaml.safe_load((experiments_dir / "demo-db-latency.yaml").read_text())
     prod["targets"][0]["labels"]["env"] = "production"
-    # the lax file is a real bypass: it lets the production experiment through, the policy in force does not
-    assert validate_experiment(prod, variables={"service_url": demo_url}, policy_path=lax).valid
+    # even the lax file cannot let production through (no policy file drops the production floor)
+    assert not validate_experiment(prod, variables={"service_url": demo_url}, policy_path=lax).valid
     assert not validate_experiment(prod, variables={"service_url": demo_url}).valid
 
     store_path = tmp_path / "mcp.duckdb"

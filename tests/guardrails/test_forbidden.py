@@ -350,11 +350,14 @@ def test_violation_names_rule_field_and_fix() -> None:
     assert "production" in v.message and "forbidden.allow" in v.fix
 
 
-def test_allow_list_exempts_a_known_false_positive() -> None:
-    doc = base_experiment(**_target(env="prod-like-staging"))
-    assert find_forbidden(doc)
-    rules = ForbiddenRules(allow=["prod-like-staging"])
-    assert find_forbidden(doc, rules) == []
+def test_allow_list_exempts_a_policy_word_but_never_the_production_floor() -> None:
+    doc = base_experiment(configuration={"site": "live-demo"})
+    words = [*ForbiddenRules().words, "live"]
+    assert find_forbidden(doc, ForbiddenRules(words=words))
+    assert find_forbidden(doc, ForbiddenRules(words=words, allow=["live-demo"])) == []
+    prod = base_experiment(**_target(env="prod-like-staging"))
+    assert find_forbidden(prod)
+    assert find_forbidden(prod, ForbiddenRules(allow=["prod-like-staging", "prod*", "*"]))
 
 
 def test_extra_words_from_the_policy() -> None:

@@ -462,11 +462,12 @@ def test_policy_file_extends_the_builtin_rules(tmp_path: Path) -> None:
     assert "forbidden.labels.env" in _rules(doc, policy=pol)
 
 
-def test_replacing_the_builtin_rules_is_explicit(tmp_path: Path) -> None:
+def test_a_policy_file_cannot_drop_the_builtin_floor(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text("forbidden: {extend_defaults: false, words: [live], labels: {}}\n")
     pol = load_policy(path)
-    assert pol.forbidden.words == ["live"] and pol.forbidden.labels == {}
+    assert {"live", "prod", "production"} <= set(pol.forbidden.words)
+    assert "prod" in pol.forbidden.labels["env"].values
 
 
 def test_example_policy_file_is_the_strict_default() -> None:

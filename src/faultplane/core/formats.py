@@ -69,16 +69,29 @@ def load_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
+def _hostile_issue(source: str, exc: Exception) -> ExperimentError:
+    """A document over the limits (core/hostile.py): its message reads `<problem>; <fix>`."""
+    message, _, fix = str(exc).partition("; ")
+    return ExperimentError(
+        [ValidationIssue(field=source, message=message, fix=fix or "use a smaller document")]
+    )
+
+
 def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> Any:
+    from faultplane.core.hostile import HostileInput, parse_guarded
+
     fmt = fmt or detect_format(text, source if source != "<text>" else None)
+    what = "document" if source == "<text>" else source
     try:
         if fmt == "json":
-            return json.loads(text)
+            return parse_guarded(json.loads, text, what)
         if fmt == "yaml":
-            return load_yaml(text)
+            return parse_guarded(load_yaml, text, what)
         import toon_format  # imported on first use: it costs ~40 ms at start-up
 
-        return toon_format.decode(text)
+        return parse_guarded(toon_format.decode, text, what)
+    except HostileInput as exc:
+        raise _hostile_issue(source, exc) from None
     except json.JSONDecodeError as exc:
         raise ExperimentError(
             [
@@ -96,7 +109,7 @@ def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> An
             [
                 ValidationIssue(
                     field=where,
-                    message=f"invalid YAML: {getattr(exc, 'problem', exc)}",
+                    message="invalid YAML: " + " ".join(str(getattr(exc, "problem", None) or exc).split()),
                     fix="correct the YAML syntax (indentation, quoting) at that position",
                 )
             ]
@@ -106,7 +119,7 @@ def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> An
             [
                 ValidationIssue(
                     field=source,
-                    message=f"invalid TOON: {exc}",
+                    message="invalid TOON: " + " ".join(str(exc).split()),
                     fix="correct the TOON syntax, or use a .json/.yaml file",
                 )
             ]
@@ -116,6 +129,12 @@ def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> An
 def load_document(source: str | Path | Mapping[str, Any], fmt: Format | None = None) -> dict[str, Any]:
     """A mapping from a path, a text (JSON/YAML/TOON) or a mapping."""
     if isinstance(source, Mapping):
+        from faultplane.core.hostile import HostileInput, check_structure
+
+        try:
+            check_structure(source, "experiment")
+        except HostileInput as exc:
+            raise _hostile_issue("experiment", exc) from None
         return dict(source)
     if isinstance(source, Path) or ("\n" not in source and len(source) < 4096 and Path(source).suffix):
         path = Path(source)
@@ -129,7 +148,13 @@ def load_document(source: str | Path | Mapping[str, Any], fmt: Format | None = N
                     )
                 ]
             )
-        data = loads(path.read_text(encoding="utf-8"), fmt or detect_format("", path.name), source=str(path))
+        from faultplane.core.hostile import HostileInput, read_text_limited
+
+        try:
+            text = read_text_limited(path, "experiment file")
+        except HostileInput as exc:
+            raise _hostile_issue(str(path), exc) from None
+        data = loads(text, fmt or detect_format("", path.name), source=str(path))
     else:
         data = loads(source, fmt)
     if not isinstance(data, dict):

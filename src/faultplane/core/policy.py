@@ -37,6 +37,9 @@ from faultplane.core import approval as approvals
 from faultplane.core.formats import load_yaml
 from faultplane.core.gates import LOAD_SLIS, GateSpec
 from faultplane.core.history import family_runs, query_family_runs
+from faultplane.core.inventory import Inventory, undeclared
+from faultplane.core.targets import production_reason, production_word
+from faultplane.core.targets import skeleton as _tr39_skeleton
 
 if TYPE_CHECKING:
     from faultplane.core.store import Store
@@ -224,6 +227,9 @@ class Policy(_Strict):
     gates: GateRules = Field(default_factory=lambda: GateRules())
     blast_radius: BlastRadiusRules = Field(default_factory=lambda: BlastRadiusRules())
     approval: ApprovalRules = Field(default_factory=lambda: ApprovalRules())
+    inventory: Inventory | None = Field(
+        default=None, description="the lab's declared targets; when present, anything undeclared is refused"
+    )
     source: str = Field(default="built-in strict default", exclude=True)
 
     @classmethod
@@ -261,37 +267,31 @@ def _merge_forbidden(user: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _find_policy_file(start: Path) -> Path | None:
-    for folder in [start, *start.parents]:
-        for name in POLICY_FILENAMES:
-            candidate = folder / name
-            if candidate.is_file():
-                return candidate
-        if (folder / ".git").exists():
-            return None  # the project root: never pick up a policy from outside the project
-    return None
-
-
 def load_policy(
     path: str | os.PathLike[str] | None = None, *, start: str | os.PathLike[str] | None = None
 ) -> Policy:
-    """The policy in force: `path`, else $FAULTPLANE_POLICY, else faultplane.policy.yaml found from `start`
-    (default: cwd) up to the project root, else the strict built-in default."""
-    chosen: Path | None = None
-    if path:
-        chosen = Path(path).expanduser()
-    elif os.environ.get("FAULTPLANE_POLICY"):
-        chosen = Path(os.environ["FAULTPLANE_POLICY"]).expanduser()
-    if chosen is not None and not chosen.is_file():
-        raise PolicyError(f"policy file {chosen} does not exist (set by --policy or FAULTPLANE_POLICY)")
-    if chosen is None:
-        chosen = _find_policy_file(Path(start or Path.cwd()).resolve())
-    if chosen is None:
-        return Policy.strict_default()
+    """The policy in force: the strictest combination of the built-in floor, the user's policy, every
+    faultplane.policy.yaml from `start` (default: cwd) up to the root, and `path` or $FAULTPLANE_POLICY
+    (see core/policy_layers.py); the strict built-in default when there is no file at all."""
+    from faultplane.core.policy_layers import policy_in_force
+
+    return policy_in_force(path, start=start)
+
+
+def load_policy_file(chosen: Path) -> Policy:
+    """One policy file, validated (with `extend_defaults`, its forbidden rules add to the built-in ones)."""
+    from faultplane.core.hostile import HostileInput, parse_guarded, read_text_limited
+
     try:
-        data = load_yaml(chosen.read_text()) or {}
+        data = (
+            parse_guarded(load_yaml, read_text_limited(chosen, "policy file"), f"policy file {chosen}") or {}
+        )
+    except HostileInput as exc:
+        raise PolicyError(str(exc)) from None
+    except OSError as exc:
+        raise PolicyError(f"{chosen}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise PolicyError(f"{chosen}: not valid YAML: {exc}") from None
+        raise PolicyError(f"{chosen}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, Mapping):
         raise PolicyError(f"{chosen}: must be a mapping with forbidden/gates/blast_radius/approval sections")
     data = dict(data)
@@ -487,7 +487,9 @@ def normalize_text(text: str, *, camel: bool = False) -> str:
         # split before folding so `isProd` reads as `is prod` while `Product` stays one word
         text = _CAMEL_HUMP.sub(" ", text)
         text = _CAMEL_ACRONYM.sub(" ", text)
-    return text.casefold().translate(_CONFUSABLES)
+    text = text.casefold().translate(_CONFUSABLES)
+    # the hand table above keeps camelCase capitals readable; Unicode's TR39 table covers everything else
+    return text if text.isascii() else _tr39_skeleton(text)
 
 
 def _decode_idna_host(host: str) -> str:
@@ -517,6 +519,9 @@ _HOSTISH_KEY = re.compile(
     r"(^|_)(host|hostname|hosts|server|address|addr|endpoint|url|uri|dsn|domain|fqdn)s?$"
 )
 _QUOTES = str.maketrans("", "", "\"'`\\^")
+_AT_HOST = re.compile(r"[a-z0-9_.\-]+@(?P<host>[a-z0-9][a-z0-9\-_.]*)")
+_ATTACHED_FLAG = re.compile(r"(?:^|(?<=[\s\"'=]))-(?P<f>[a-z])(?P<v>[a-z0-9][a-z0-9_.\-]*)")
+_FLOOR_NEGATIONS = ("non", "not", "no", "pre")
 
 # Fields that are prose for humans, not places the experiment acts on.
 _FREE_TEXT_TOP = {"title", "description", "contributions", "estimate", "version", "family", "runtime"}
@@ -642,10 +647,12 @@ class _Scanner:
         found = None
         subs = [s for s in _SUBWORD_SPLIT.split(token) if s]
         for i, sub in enumerate(subs):
+            negated = i > 0 and subs[i - 1] in self.rules.negations
+            if production_word(sub) and not (i > 0 and subs[i - 1] in _FLOOR_NEGATIONS):
+                found = sub  # the built-in floor: no allow pattern, no policy file switches it off
+                break
             if self._is_word(sub):
-                if i > 0 and subs[i - 1] in self.rules.negations:
-                    continue
-                if self._allowed(token, sub):
+                if negated or self._allowed(token, sub):
                     continue
                 found = sub
                 break
@@ -664,7 +671,7 @@ class _Scanner:
             for name, is_key, is_unless, is_value in self._label_rules:
                 if not is_key(nk) or is_unless(nv):
                     continue
-                if is_value(nv) and not self._allowed(nv):
+                if is_value(nv) and not (self._allowed(nv) and production_reason(nv) is None):
                     found = name
                     break
         self._label_hits[(key, value)] = found
@@ -703,8 +710,9 @@ class _Scanner:
                 rule=rule,
                 field=where,
                 message=message,
-                fix="point the experiment at a non-production target (staging, a local service); if this is a "
-                "false positive, add the value to `forbidden.allow` in faultplane.policy.yaml",
+                fix="point the experiment at a non-production target (staging, a local service); a false "
+                "positive of a word your policy added goes in `forbidden.allow` (production names cannot be "
+                "allowed)",
             )
         )
 
@@ -733,7 +741,7 @@ class _Scanner:
     def check_host(self, path: tuple[str | int, ...], host: str, shown: str) -> bool:
         host = _decode_idna_host(host.strip("[]."))
         norm = normalize_text(host)
-        if self._allowed(norm):
+        if self._allowed(norm) and production_reason(norm) is None:
             return False
         for label in norm.split("."):
             hit = self.word_hit(label)
@@ -815,7 +823,12 @@ class _Scanner:
             if hit:
                 self._add("forbidden.words", path, f"{_clip(shown)} names production ({hit!r} in {token!r})")
                 return True
-        return False
+        # libpq keyword DSNs (`host=prod1 dbname=x`), `user@host`, attached flags (`-nprod`): read as hosts,
+        # also inside secrets where bare words are not scanned
+        extra = [m["v"] for m in _KV.finditer(norm) if _HOSTISH_KEY.search(_NOT_KEY_CHARS.sub("_", m["k"]))]
+        extra += [m["host"] for m in _AT_HOST.finditer(norm)]
+        extra += [m["v"] for m in _ATTACHED_FLAG.finditer(norm)]
+        return any(self.check_host(path, host, shown) for host in extra)
 
     def check_argv(self, path: tuple[str | int, ...], items: Sequence[Any]) -> None:
         """`["kubectl", "-n", "prod-a"]`: a flag and its value are separate list items."""
@@ -933,6 +946,22 @@ def _gate_source_problem(spec: GateSpec, raw: Mapping[str, Any]) -> tuple[str, s
     return None
 
 
+_UNREACHABLE_FIX = (
+    "bound the SLI where it can go, e.g. `error_rate > 0.01 for 30s` or `availability < 0.99 for 30s`"
+)
+
+
+def _never_trips(sli: str, op: str, threshold: float) -> str | None:
+    """Why a gate's predicate can never be true for this SLI (every built-in SLI is >= 0; fractions <= 1)."""
+    if sli in ("probe", "prometheus"):
+        return None  # their values are the author's; only the fraction and sign rules below are known
+    if op in ("<", "<=") and (threshold < 0 or (op == "<" and threshold == 0)):
+        return f"{sli} is never below {threshold:g}, so `{sli} {op} {threshold:g}` can never trip"
+    if sli in _FRACTION_SLIS and op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)):
+        return f"{sli} is a fraction, never above 1, so `{sli} {op} {threshold:g}` can never trip"
+    return None
+
+
 def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
     out: list[Violation] = []
     gates = raw.get("slo_gates")
@@ -978,6 +1007,10 @@ def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
                     f"write e.g. `{spec.sli} {pred.op} 0.01` or `{spec.sli} {pred.op} 1%`",
                 )
             )
+            continue
+        never = _never_trips(spec.sli, pred.op, pred.threshold)
+        if never is not None:
+            out.append(Violation("gates.unreachable", f"{where}.rollback_on", never, _UNREACHABLE_FIX))
             continue
         if not math.isfinite(pred.threshold):
             out.append(
@@ -1209,19 +1242,18 @@ _FAULT_HINTS = (
 )
 
 
-def _method_activities(raw: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    for item in raw.get("method") or []:
-        if isinstance(item, Mapping) and isinstance(item.get("provider"), Mapping):
-            yield dict(item)
-
-
 def _fault_types(
     raw: Mapping[str, Any], fault_type_of: Callable[[str, str], str | None] | None
 ) -> tuple[set[str], set[str]]:
     """(fault types, `driver.action` names) the method injects, read from its providers."""
+    from faultplane.core.effects import activities, effect_kinds
+
     kinds: set[str] = set()
     actions: set[str] = set()
-    for act in _method_activities(raw):
+    # by effect, in every place that executes (rollbacks, steady state and controls too), at any depth
+    for _section, act in activities(raw):
+        kinds |= effect_kinds(act["provider"])
+    for _section, act in activities(raw):
         prov = act["provider"]
         args = prov.get("arguments") if isinstance(prov.get("arguments"), Mapping) else {}
         for key in ("fault_type", "fault", "kind"):
@@ -1355,6 +1387,8 @@ def evaluate(
     advice: list[str] = []
 
     violations += find_forbidden(raw, policy.forbidden, secret_values=secret_values)
+    if policy.inventory is not None:
+        violations += undeclared(raw, policy.inventory)
     violations += check_gates(raw, policy.gates)
 
     stage, stage_problems = _stage_of(raw, policy)

@@ -337,8 +337,15 @@ class _Runner:
         error: str | None = None
         if activity.pauses and activity.pauses.before and not self.dry_run:
             await anyio.sleep(activity.pauses.before)
+        refused = None
+        if not self.dry_run and self.policy is not None:
+            from faultplane.engine.choke import refusal
+
+            refused = refusal(self._activity_dict(activity), self.policy, self.p.secret_values)
         if self.dry_run:
             status = "skipped"
+        elif refused is not None:
+            status, error = "failed", refused
         else:
             try:
                 if activity.timeout:

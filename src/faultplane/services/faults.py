@@ -202,6 +202,8 @@ def manage_fault(
         "registry": str(reg.path),
     }
     try:
+        if action in ("register", "inject"):
+            _judge_registration(fault_name, target, error_message)
         result = _apply(
             reg, fault_name, action, fault_type, probability, duration_seconds, error_message, target, seed
         )
@@ -210,6 +212,26 @@ def manage_fault(
         raise
     _audit(store, actor, action, fault_name, {**details, **result.model_dump(exclude_none=True)})
     return result
+
+
+def _judge_registration(fault_name: Any, target: Any, error_message: Any) -> None:
+    """A fault registered by any surface (CLI, MCP, load) is judged by the same policy as an experiment:
+    a production name or a target outside the declared inventory is refused before the registry changes."""
+    from faultplane.core.policy import PolicyError, find_forbidden, load_policy
+
+    try:
+        policy = load_policy()
+    except PolicyError as exc:
+        raise FaultInputError("policy", str(exc), "correct the policy file") from None
+    fields = {k: v for k, v in (("fault_name", fault_name), ("target", target)) if isinstance(v, str)}
+    found = find_forbidden({"faults": [fields]}, policy.forbidden)
+    if policy.inventory is not None and isinstance(target, str):
+        from faultplane.core.inventory import undeclared
+
+        found += undeclared({"faults": [{"host": target}]}, policy.inventory)
+    if found:
+        v = found[0]
+        raise FaultInputError(v.field.rsplit(".", 1)[-1], f"refused by policy [{v.rule}]: {v.message}", v.fix)
 
 
 def record_refused_call(

@@ -1,0 +1,30 @@
+"""The last check before an activity executes: the policy judges the activity exactly as it will run.
+
+Phase 0 judges the whole plan; this judges each activity again at the moment it runs, resolved (variables,
+configuration and secrets substituted), so nothing that changed between plan and execution, and nothing a
+surface registered without going through phase 0, reaches a production target or an undeclared one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["refusal"]
+
+
+def refusal(activity: Mapping[str, Any], policy: Any, secret_values: Sequence[str] = ()) -> str | None:
+    """Why the policy refuses to execute `activity` now, or None. Findings never show a secret."""
+    from faultplane.core.policy import find_forbidden
+
+    found = find_forbidden({"method": [dict(activity)]}, policy.forbidden, secret_values=secret_values)
+    inventory = getattr(policy, "inventory", None)
+    if inventory is not None:
+        from faultplane.core.inventory import undeclared
+
+        found += undeclared({"method": [dict(activity)]}, inventory)
+    if not found:
+        return None
+    return "refused by the policy just before it ran: " + "; ".join(
+        f"{v.field}: {v.message}" for v in found[:3]
+    )
