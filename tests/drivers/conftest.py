@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from redis_secret import REDIS_PASSWORD
 
 from servers import postgres_server, redis_server, sshd_server  # noqa: F401  (fixtures)
 
@@ -24,8 +25,6 @@ def lease_env() -> dict[str, str]:
 
 
 # --- servers for the failure variants (shared per session) ------------------------------------------------------
-
-REDIS_PASSWORD = "Zq9s3cr3tPW77x"
 
 
 @pytest.fixture(scope="session")

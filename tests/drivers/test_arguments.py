@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from redis_secret import REDIS_PASSWORD
 
 import ctk_helpers
 from clihelp import cli, start_run
@@ -194,8 +195,6 @@ def test_a_secret_from_the_experiment_is_sealed_end_to_end_and_the_watchdog_stil
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_auth_server
 ) -> None:  # type: ignore[no-untyped-def]
     import redis
-
-    from conftest import REDIS_PASSWORD
 
     monkeypatch.delenv("FAULTPLANE_NO_WATCHDOG", raising=False)
     monkeypatch.setenv("FAULTPLANE_POLICY", str(_lab_policy(tmp_path)))

@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
+from redis_secret import REDIS_PASSWORD
 
-from conftest import REDIS_PASSWORD
 from faultplane.drivers import leases, sealing
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
 

@@ -12,6 +12,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+LAB_POLICY = "# evidence tests: a lab, gates not required\ngates: {required: false}\n"
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
 
 def _load(path: str) -> dict[str, Any]:
     p = Path(path)

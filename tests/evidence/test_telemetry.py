@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from evidence_helpers import LAB_POLICY, free_port
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -285,7 +286,6 @@ def test_unsupported_settings_warn_once_and_export_nothing(
 def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) -> None:
     """A real CLI run with the collector's port closed: the run succeeds, one line says what was dropped."""
     from clihelp import cli
-    from conftest import LAB_POLICY, free_port
 
     policy = tmp_path / "policy.yaml"
     policy.write_text(LAB_POLICY, encoding="utf-8")

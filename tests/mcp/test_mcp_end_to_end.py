@@ -70,6 +70,7 @@ async def test_fault_registered_over_mcp_hits_another_process(
                 line, _ = await worker.wait_for(lambda s: s.startswith("FAULT"))
                 assert line == "FAULT FaultInjected injected-by-mcp"
 
+                # a partition is approval-class in the built-in floor: refused without a person's approval
                 r = await c.call_tool(
                     "chaos_inject_fault",
                     {
@@ -79,7 +80,19 @@ async def test_fault_registered_over_mcp_hits_another_process(
                         "probability": 1.0,
                     },
                 )
-                line, _ = await worker.wait_for(lambda s: "FaultPartition" in s)
+                assert r.is_error and "approva" in r.content[0].text  # type: ignore[union-attr]
+                r = await c.call_tool(
+                    "chaos_inject_fault",
+                    {
+                        "fault_name": "slow-database",
+                        "action": "register",
+                        "fault_type": "timeout",
+                        "duration_seconds": 0.1,
+                        "probability": 1.0,
+                    },
+                )
+                assert not r.is_error
+                line, _ = await worker.wait_for(lambda s: "FaultTimeout" in s)
 
                 r = await c.call_tool(
                     "chaos_inject_fault", {"fault_name": "slow-database", "action": "remove"}

@@ -287,7 +287,7 @@ async def test_status_discover_analyze_and_lists(connect: ClientFactory) -> None
                 {
                     "fault_name": "part",
                     "action": "register",
-                    "fault_type": "network_partition",
+                    "fault_type": "timeout",
                     "probability": 0.3,
                 },
             )
@@ -295,7 +295,7 @@ async def test_status_discover_analyze_and_lists(connect: ClientFactory) -> None
             assert st["active_faults"] == [
                 {
                     "name": "part",
-                    "fault_type": "network_partition",
+                    "fault_type": "timeout",
                     "probability": 0.3,
                     "duration_seconds": None,
                     "target": None,
