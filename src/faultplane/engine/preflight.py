@@ -47,6 +47,27 @@ def _declared(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+_SIGNATURES: dict[Any, inspect.Signature | None] = {}
+
+
+def _signature(func: Any) -> inspect.Signature | None:
+    """A function's signature, read once per function: a method of 200 probes of one function asks 200 times."""
+    try:
+        return _SIGNATURES[func]
+    except (KeyError, TypeError):  # TypeError: an unhashable callable
+        pass
+    try:
+        sig: inspect.Signature | None = inspect.signature(func)
+    except (TypeError, ValueError):
+        sig = None
+    try:
+        if len(_SIGNATURES) < 4096:
+            _SIGNATURES[func] = sig
+    except TypeError:
+        pass
+    return sig
+
+
 def _python(
     where: str, p: PythonProvider, tolerance_probe: bool, compat: bool = False
 ) -> list[ValidationIssue]:
@@ -70,9 +91,8 @@ def _python(
                 fix=_meant(p.func, names) or f"name a function of {p.module}",
             )
         ]
-    try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):
+    sig = _signature(func)
+    if sig is None:
         return []
     args = dict(p.arguments)
     if tolerance_probe and not compat:
