@@ -501,8 +501,3 @@ def register(app: typer.Typer) -> None:
     app.add_typer(journal_app, name="journal")
     app.add_typer(runs_app, name="runs")
     app.add_typer(experiments_app, name="experiments")
-
-
-# the names the demo and older callers used
-_Progress = RunProgress
-_print_summary = print_summary
