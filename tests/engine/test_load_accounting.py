@@ -187,3 +187,20 @@ def test_workers_stop_when_their_parent_is_killed(tmp_path) -> None:  # type: ig
             ]
             time.sleep(0.05)
         assert not alive, f"workers still running after their parent died: {alive}"
+
+
+@pytest.mark.parametrize("duration", [1.5, 2.0])
+async def test_only_the_second_the_load_stopped_in_is_partial(duration: float) -> None:
+    """A whole second is a rate; the second the run ended in is not, and says so. Even a load of whole
+    seconds drains its last answers past its end, so its final row is partial too."""
+    with stall_server(60, 1) as url:
+        gen = LoadGenerator({"url": url, "rate": 50, "duration_s": duration, "timeout_s": 2})
+        await gen.run()
+    s = gen.summary()
+    assert_accounted(s)
+    series = s["series"]
+    assert series[-1].get("partial") is True, series
+    whole = series[:-1]
+    assert whole and not any(r.get("partial") for r in whole), series
+    # every whole second holds its 50 arrivals (one may sit on the boundary's other side)
+    assert all(abs(r["scheduled"] - 50) <= 1 for r in whole), series

@@ -366,7 +366,11 @@ class LoadGenerator:
                 if self._t_end is None:
                     self._t_end = time.monotonic()
                 with self._lock:
-                    rows = self._close_seconds(math.ceil(self._t_end - self._t0))
+                    span = self._t_end - self._t0
+                    rows = self._close_seconds(math.ceil(span))
+                    if self._rows and self._rows[-1]["t"] + 1 > span + 1e-3:
+                        # the run stopped inside this second: its figures cover less than a second
+                        self._rows[-1]["partial"] = True
                 self._emit(rows)
 
     def _job(self, index: int) -> dict[str, Any]:
