@@ -8,6 +8,7 @@ method, rollbacks, steady-state probes, controls, at any depth of their argument
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -95,10 +96,14 @@ def _walk(node: Any, out: set[str], depth: int = 0) -> None:
 
 
 def _text(text: str, out: set[str]) -> None:
+    out.update(_text_kinds(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_kinds(text: str) -> frozenset[str]:
+    # experiments repeat their strings (modules, functions, paths): each is read against the regexes once
     low = text.lower()
-    for rx, kind in _COMMAND_EFFECTS:
-        if kind not in out and rx.search(low):
-            out.add(kind)
+    return frozenset(kind for rx, kind in _COMMAND_EFFECTS if rx.search(low))
 
 
 def effect_kinds(provider: Mapping[str, Any]) -> set[str]:

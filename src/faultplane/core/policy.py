@@ -910,13 +910,31 @@ def find_forbidden(
     `secret_values` are the resolved secrets: a string holding one is still scanned, but a finding there names
     the field only. Secrets read from the environment (`{type: env, key: X}`) are scanned too, since a
     production DSN arrives that way as easily as written out; those findings never show the value either."""
-    scanner = _Scanner(rules or ForbiddenRules(), secret_values)
+    return _scan(_Scanner(rules or ForbiddenRules(), secret_values), raw)
+
+
+class ForbiddenJudge:
+    """`find_forbidden` for many documents under the same rules and secrets (the choke point judges every
+    activity of a run): what was learnt about a string, a key or a host stays learnt between documents."""
+
+    def __init__(self, rules: ForbiddenRules | None = None, secret_values: Sequence[str] = ()) -> None:
+        self._scanner = _Scanner(rules or ForbiddenRules(), secret_values)
+
+    def __call__(self, raw: Mapping[str, Any]) -> list[Violation]:
+        self._scanner.violations = []
+        self._scanner._seen = set()
+        return _scan(self._scanner, raw)
+
+
+def _scan(scanner: _Scanner, raw: Mapping[str, Any]) -> list[Violation]:
     for key, value in raw.items():
         if key == "secrets":
             with scanner.redacting("the secret at this field"):
                 scanner._hosts_only = True
-                scanner.walk(value, ("secrets",), resolve_env=True)
-                scanner._hosts_only = False
+                try:
+                    scanner.walk(value, ("secrets",), resolve_env=True)
+                finally:
+                    scanner._hosts_only = False
         else:
             scanner.walk(value, (str(key),), resolve_env=key == "configuration")
     return scanner.violations

@@ -261,6 +261,8 @@ def emit_journal_spans(journal: Any, *, tracer_provider: Any = None) -> None:
             finally:
                 _pending_trace_id.reset(token)
             return
+        if not any(name.startswith("OTEL_") for name in os.environ):
+            return  # nothing asked for telemetry: not even the exporter module is loaded
         from faultplane.core import otlp
 
         traces, metrics = otlp.exporter("TRACES"), otlp.exporter("METRICS")
