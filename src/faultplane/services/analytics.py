@@ -9,15 +9,13 @@ no SET, no table functions such as file() or url()) and `max_execution_time`.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import math
 import threading
-import uuid
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from faultplane.core.jsonable import to_jsonable
 
 __all__ = [
     "DEFAULT_ROW_LIMIT",
@@ -51,28 +49,6 @@ class QueryResult(BaseModel):
     )
     row_count: int
     truncated: bool = Field(description="true when the query returned more rows than the limit")
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return str(value)
 
 
 def _check(sql: Any, limit: Any, maximum: int) -> None:
@@ -124,7 +100,7 @@ def analyze(
     else:
         columns, fetched = _duckdb(sql, store, timeout_seconds, lambda cur: cur.fetchmany(limit + 1))
     truncated = len(fetched) > limit
-    rows = [[_jsonable(v) for v in row] for row in fetched[:limit]]
+    rows = [[to_jsonable(v) for v in row] for row in fetched[:limit]]
     return QueryResult(columns=columns, rows=rows, row_count=len(rows), truncated=truncated)
 
 

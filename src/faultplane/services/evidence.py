@@ -947,10 +947,10 @@ def export_table(table: Any, path: str | Path, fmt: str | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "json":
-        from faultplane.services.analytics import _jsonable
+        from faultplane.core.jsonable import to_jsonable
 
         path.write_text(
-            json.dumps(_jsonable(table.to_pylist()), ensure_ascii=False, indent=1), encoding="utf-8"
+            json.dumps(to_jsonable(table.to_pylist()), ensure_ascii=False, indent=1), encoding="utf-8"
         )
     elif fmt == "parquet":
         import pyarrow.parquet as pq
