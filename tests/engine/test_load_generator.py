@@ -131,8 +131,11 @@ async def test_snapshot_windows_see_only_their_trailing_seconds() -> None:
     s = gen.summary()
     assert s["errors_by"] == {"status:500": 50}
     # the per-second series carries the same split
-    rows = [r for r in s["series"] if r["sent"] >= 10]  # a stray arrival may be reported in the next second
-    assert rows[0]["errors"] == 0 and rows[-1]["errors"] >= 45
+    # the first second holds only successes; every failure is in a later second (a busy machine may report a
+    # second's last arrivals in the next one, so the split between later seconds is not asserted)
+    first, later = s["series"][0], s["series"][1:]
+    assert first["errors"] == 0 and first["ok"] >= 40, s["series"]
+    assert sum(r["errors"] for r in later) == 50, s["series"]
     assert sum(r["ok"] for r in s["series"]) == 50 and sum(r["errors"] for r in s["series"]) == 50
 
 
