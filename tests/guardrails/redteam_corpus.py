@@ -84,9 +84,6 @@ PLACEMENTS: dict[str, Callable[[str], dict[str, Any]]] = {
     ),
 }
 
-# DNS names are case-insensitive, so a camelCase host inside a secret reads as one word; elsewhere humps count
-SECRET_PLACEMENTS = {"secret-dsn", "secret-keyword-dsn"}
-
 
 def placed(placement: str, name: str) -> dict[str, Any]:
     return copy.deepcopy(PLACEMENTS[placement](name))

@@ -386,9 +386,22 @@ def test_normalize_text(text: str, expected: str) -> None:
 
 
 def test_camel_case_humps_split_on_request() -> None:
-    assert normalize_text("isProd", camel=True) == "is prod"
-    assert normalize_text("paymentsProdDb", camel=True) == "payments prod db"
-    assert normalize_text("ProductCatalog", camel=True) == "product catalog"
+    # a hump is a sub-word boundary like `-`, so a host stays one host: my-prod-db.internal
+    assert normalize_text("isProd", camel=True) == "is-prod"
+    assert normalize_text("paymentsProdDb", camel=True) == "payments-prod-db"
+    assert normalize_text("myProdDb.internal", camel=True) == "my-prod-db.internal"
+    assert normalize_text("ProductCatalog", camel=True) == "product-catalog"
+    assert normalize_text("production", camel=True) == "production"
+
+
+def test_an_acronym_run_is_read_both_ways() -> None:
+    from faultplane.core.policy import camel_forms
+
+    assert "orders-prod-cluster" in camel_forms("ordersPRODcluster")
+    assert "http-server" in camel_forms("HTTPServer")
+    assert camel_forms("product") == camel_forms("Product") == ()
+    # a Cyrillic capital ER is a hump too, and maps to Latin p
+    assert "eu-prod-cluster" in camel_forms("eu\u0420rodCluster")
 
 
 def test_refused_before_anything_runs_lists_every_violation() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from redteam_corpus import FLAG_FORMS, ORDINARY_WORDS, PLACEMENTS, PRODUCTION_NAMES, SECRET_PLACEMENTS, placed
+from redteam_corpus import FLAG_FORMS, ORDINARY_WORDS, PLACEMENTS, PRODUCTION_NAMES, placed
 
 from faultplane.core.policy import ForbiddenRules, Policy, evaluate, find_forbidden
 from faultplane.core.targets import production_reason, production_word, skeleton
@@ -27,8 +27,6 @@ def test_flag_forms_name_production(command: str) -> None:
 @pytest.mark.parametrize("placement", sorted(PLACEMENTS))
 @pytest.mark.parametrize("name", PRODUCTION_NAMES)
 def test_every_placement_refuses_every_spelling(placement: str, name: str) -> None:
-    if placement in SECRET_PLACEMENTS and name != name.lower() and name.isascii():
-        pytest.skip("camelCase in a DNS name inside a secret reads as one word")
     doc = placed(placement, name)
     decision = evaluate(doc, policy=Policy(), store=None)
     assert not decision.allowed
@@ -58,3 +56,23 @@ def test_skeleton_uses_the_unicode_table() -> None:
     # Cherokee and Armenian look-alikes are in Unicode's table, not in any hand-written Latin list
     assert skeleton("\u13e2\u0433\u0585\u0501") == "prod" == skeleton("\u2ca3\u1d26\u0585\u0501")
     assert production_word("produseast1") and not production_word("productivity")
+
+
+@pytest.mark.parametrize(
+    ("text", "reading"),
+    [("ordersPRODcluster", "orders-prod-cluster"), ("PRODuct", "prod-uct"), ("my%50rodDb", "my-prod-db")],
+)
+def test_a_case_hump_is_a_sub_word_boundary(text: str, reading: str) -> None:
+    # an upper-case run followed by lower case also reads as its own word; escapes are decoded first
+    assert production_reason(text) == f"'prod' in {reading!r}"
+
+
+def test_the_run_judge_keeps_what_it_learnt_and_still_reads_humps() -> None:
+    from faultplane.core.policy import ForbiddenJudge
+
+    judge = ForbiddenJudge()
+    clean, dirty = placed("method-argv", "ProductCatalog"), placed("secret-dsn", "myProdDb.internal")
+    for _ in range(2):  # the second pass answers from the judge's memo, and must answer the same
+        assert judge(clean) == []
+        (v,) = judge(dirty)
+        assert v.field.startswith("secrets") and "myProdDb" not in v.message

@@ -38,7 +38,7 @@ from faultplane.core.formats import load_yaml
 from faultplane.core.gates import LOAD_SLIS, GateSpec
 from faultplane.core.history import family_runs, query_family_runs
 from faultplane.core.inventory import Inventory, undeclared
-from faultplane.core.targets import production_reason, production_word
+from faultplane.core.targets import case_humps, production_reason, production_word
 from faultplane.core.targets import skeleton as _tr39_skeleton
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ def _default_label_rules() -> dict[str, LabelRule]:
                 "produce*",
                 "producer*",
                 "prodig*",
+                "product[!i]*",  # productcatalog, productsvc; never production*
             ],
         ),
         "namespace": LabelRule(
@@ -465,31 +466,48 @@ def _unescape(text: str) -> str:
 
 
 # compiled at import: compiling on first use cost a cold run ~1 ms
-_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_CAMEL_ACRONYM = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
 _KEY_PATH = re.compile(r"[./]")
 _NOT_KEY_CHARS = re.compile(r"[^a-z0-9]+")
+
+
+def _prefold(text: str) -> str:
+    """Decoded, NFKC, marks and zero-width stripped, look-alike capitals mapped; case still as written."""
+    text = _unescape(text)
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(
+        c for c in text if unicodedata.category(c) not in ("Mn", "Me", "Cf") and c not in _ZERO_WIDTH_EXTRA
+    )
+    return unicodedata.normalize("NFKC", text).translate(_CONFUSABLE_CAPITALS)
+
+
+def _fold(text: str) -> str:
+    text = text.casefold().translate(_CONFUSABLES)
+    # the hand table above keeps camelCase capitals readable; Unicode's TR39 table covers everything else
+    return text if text.isascii() else _tr39_skeleton(text)
 
 
 @functools.lru_cache(maxsize=8192)  # experiments repeat the same strings (hosts, keys) many times
 def normalize_text(text: str, *, camel: bool = False) -> str:
     """Lowercase Latin skeleton of `text`: decoded, NFKC, marks and zero-width stripped, look-alikes mapped.
 
-    With `camel`, camelCase humps become separate words (`isProd` -> `is prod`); callers check both forms,
-    because splitting also breaks deliberately mixed case (`PrOdUcTiOn`)."""
-    text = _unescape(text)
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(
-        c for c in text if unicodedata.category(c) not in ("Mn", "Me", "Cf") and c not in _ZERO_WIDTH_EXTRA
-    )
-    text = unicodedata.normalize("NFKC", text).translate(_CONFUSABLE_CAPITALS)
+    With `camel`, case humps become sub-word boundaries (`isProd` -> `is-prod`, `HTTPServer` -> `http-server`);
+    `camel_forms` gives every reading. Callers check the plain form too, because splitting also breaks
+    deliberately mixed case (`PrOdUcTiOn`)."""
     if camel:
-        # split before folding so `isProd` reads as `is prod` while `Product` stays one word
-        text = _CAMEL_HUMP.sub(" ", text)
-        text = _CAMEL_ACRONYM.sub(" ", text)
-    text = text.casefold().translate(_CONFUSABLES)
-    # the hand table above keeps camelCase capitals readable; Unicode's TR39 table covers everything else
-    return text if text.isascii() else _tr39_skeleton(text)
+        forms = camel_forms(text)
+        return forms[0] if forms else normalize_text(text)
+    return _fold(_prefold(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def camel_forms(text: str) -> tuple[str, ...]:
+    """Normalised readings of `text` with its case humps as sub-word boundaries, as `-` so hosts and tokens
+    stay whole (`myProdDb.internal` -> `my-prod-db.internal`; `ordersPRODcluster` -> `orders-prod-cluster`
+    among its readings). Empty when the text has no hump. The split runs before folding, so `Product` and
+    `Reproduce` stay one word."""
+    plain = normalize_text(text)
+    out = [f for f in map(_fold, case_humps(_prefold(text))) if f != plain]
+    return tuple(dict.fromkeys(out))
 
 
 def _decode_idna_host(host: str) -> str:
@@ -685,8 +703,11 @@ class _Scanner:
             pass
         found = None
         if not self.is_label_key(key):
-            for token in _TOKEN_SPLIT.split(normalize_text(key, camel=True)):
-                found = token and self.word_hit(token)
+            for form in (normalize_text(key), *camel_forms(key)):
+                for token in _TOKEN_SPLIT.split(form):
+                    found = token and self.word_hit(token)
+                    if found:
+                        break
                 if found:
                     break
         self._key_hits[key] = found or None
@@ -775,7 +796,7 @@ class _Scanner:
                 return self._check_string(path, text, key=key)
         norm = normalize_text(text)
         variants = [norm]
-        for extra in (normalize_text(text, camel=True), norm.translate(_QUOTES), norm.replace("0", "o")):
+        for extra in (*camel_forms(text), norm.translate(_QUOTES), norm.replace("0", "o")):
             if extra not in variants:
                 variants.append(extra)
         return any(self._check_variant(path, v, text, key=key) for v in variants)

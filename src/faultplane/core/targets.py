@@ -26,7 +26,7 @@ import re
 import unicodedata
 import urllib.parse
 
-__all__ = ["production_reason", "production_word", "skeleton", "split_subwords"]
+__all__ = ["case_humps", "production_reason", "production_word", "skeleton", "split_subwords"]
 
 # ---- skeleton ---------------------------------------------------------------------------------------------
 
@@ -105,7 +105,48 @@ _INFRA_RX = "|".join(sorted(map(re.escape, _INFRA), key=len, reverse=True))
 _PROD_RX = re.compile(rf"(?:production|prod|prd)(?:[0-9]+|{_INFRA_RX})*")
 _NEGATIONS = ("non", "not", "no", "pre")
 _SUBWORD_SPLIT = re.compile(r"[-_.]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# A case hump is a sub-word boundary like `-`: `myProdDb` reads as my-prod-db. An upper-case run followed by
+# lower case is ambiguous (`HTTPServer` is HTTP+Server, `ordersPRODcluster` is PROD+cluster), so both
+# readings are produced and a name is production when either reading says so.
+_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_HUMP_ACRONYM_HEAD = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")  # HTTP|Server
+_HUMP_ACRONYM_TAIL = re.compile(r"(?<=[A-Z]{2})(?=[a-z])")  # PROD|cluster
+_HAS_UPPER = re.compile(r"[A-Z]")
+
+
+def _humps_unicode(text: str, tail: bool) -> str:
+    """The same rules as the ASCII regexes, for any script (a Cyrillic or full-width capital is a hump too)."""
+    out: list[str] = []
+    for i, c in enumerate(text):
+        if i:
+            p = text[i - 1]
+            if (
+                (c.isupper() and (p.islower() or p.isdigit()))
+                or (not tail and c.isupper() and p.isupper() and i + 1 < len(text) and text[i + 1].islower())
+                or (tail and c.islower() and p.isupper() and i >= 2 and text[i - 2].isupper())
+            ):
+                out.append("-")
+        out.append(c)
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=8192)
+def case_humps(text: str) -> tuple[str, ...]:
+    """`text` with its case humps turned into `-` sub-word boundaries, one string per reading of an acronym
+    run (`HTTPServer`: HTTP-Server; `ordersPRODcluster`: orders-PROD-cluster); empty when it has no hump.
+
+    Case is kept (callers fold it afterwards); a single capital at the start (`Product`) is no hump, so
+    ordinary words stay whole."""
+    if text.isascii():
+        if not _HAS_UPPER.search(text):
+            return ()
+        base = _HUMP.sub("-", text)
+        forms = (_HUMP_ACRONYM_HEAD.sub("-", base), _HUMP_ACRONYM_TAIL.sub("-", base))
+    else:
+        if not any(c.isupper() for c in text):
+            return ()
+        forms = (_humps_unicode(text, False), _humps_unicode(text, True))
+    return tuple(dict.fromkeys(f for f in forms if f != text))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -148,9 +189,11 @@ def production_reason(text: str) -> str | None:
     if not text:
         return None
     variants = [skeleton(text)]
-    camel = skeleton(_CAMEL.sub(" ", text))
-    if camel != variants[0]:
-        variants.append(camel)
+    # decoded first, so a hump never splits a `%2D` escape
+    for form in case_humps(_unescape(text)):
+        humped = skeleton(form)
+        if humped not in variants:
+            variants.append(humped)
     for norm in variants:
         for m in _ATTACHED_FLAG.finditer(norm):
             hit = _subword_hit(m["value"])
