@@ -120,6 +120,23 @@ def _restart(server: ClickHouseServer) -> ClickHouseServer:
     raise RuntimeError("clickhouse-server did not come back")
 
 
+def _approved(lab: Path, exp: Path) -> str:
+    """A person's signed approval of exactly this experiment: killing a process needs one by policy."""
+    from faultplane.core import approval as approvals
+    from faultplane.services.guard import prepare
+
+    passphrase = "correct horse battery staple"
+    key = lab / "keys" / "ops-approver.key"
+    line = approvals.generate_key(key, "ops", passphrase, scrypt_n=2**14)
+    policy = lab / "faultplane.policy.yaml"
+    policy.write_text(policy.read_text() + f"approval: {{trusted_keys: [{json.dumps(line)}]}}\n")
+    signer = approvals.load_signing_key(key, passphrase)
+    granted = approvals.sign_approval(
+        prepare(exp).approval_hash, key=signer, trusted_keys=[line], family="checkout", record=False
+    )
+    return granted.token
+
+
 def test_server_dies_during_a_run_journal_kept_and_indexed_later(tmp_path: Path, lab: Path) -> None:
     server = start_clickhouse(tmp_path / "ch")
     try:
@@ -131,6 +148,7 @@ def test_server_dies_during_a_run_journal_kept_and_indexed_later(tmp_path: Path,
             "provider": {"type": "process", "path": "kill", "arguments": ["-9", str(server.proc.pid)]},
         }
         exp = _experiment(lab / "exp.yaml", [kill])
+        token = _approved(lab, exp)
         proc = subprocess.run(
             [
                 sys.executable,
@@ -142,6 +160,8 @@ def test_server_dies_during_a_run_journal_kept_and_indexed_later(tmp_path: Path,
                 url,
                 "--output",
                 "json",
+                "--approval",
+                token,
             ],
             capture_output=True,
             text=True,

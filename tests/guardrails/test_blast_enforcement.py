@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_helpers import DegradableService, base_experiment, runnable_experiment
+from guard_helpers import Approver, DegradableService, base_experiment, runnable_experiment
 
-from faultplane.core.policy import Policy, evaluate
+from faultplane.core.policy import Policy, approval_hash, evaluate
 from faultplane.core.store import Store
 from faultplane.drivers.blast import radius_cap, select_targets
 from faultplane.engine.lifecycle import _targets_of, evaluate_document, execute
+from faultplane.services.guard import prepare
 
 pytestmark = pytest.mark.anyio
 
@@ -89,17 +90,23 @@ def test_an_action_wider_than_the_radius_is_refused(
     ],
 )
 def test_an_action_within_the_radius_is_allowed(
-    radius: dict[str, Any] | None, arguments: dict[str, Any]
+    radius: dict[str, Any] | None, arguments: dict[str, Any], approver: Approver
 ) -> None:
     doc = base_experiment(targets=None, blast_radius=radius, method=[_kill(**arguments)])
-    decision = evaluate_document(doc, Policy(), None, None)
+    # a process kill always needs a person (approval.fault_types); with one, the radius is all that is left
+    unapproved = evaluate_document(doc, approver.policy(), None, None)
+    assert [v.rule for v in unapproved.violations] == ["approval.required"]
+    assert any("process_kill" in r for r in unapproved.approval_required)
+    token = approver.sign(approval_hash(doc), record=False).token
+    decision = evaluate_document(doc, approver.policy(), None, token)
     assert decision.allowed, decision.summary()
     assert decision.radius == (radius or {"percent": 10})
 
 
-def test_undeclared_radius_is_the_first_stage() -> None:
+def test_undeclared_radius_is_the_first_stage(approver: Approver) -> None:
     doc = base_experiment(targets=None, blast_radius=None, method=[_kill(cmdline_pattern="x", percentage=25)])
-    decision = evaluate_document(doc, Policy(), None, None)
+    token = approver.sign(approval_hash(doc), record=False).token
+    decision = evaluate_document(doc, approver.policy(), None, token)
     assert decision.stage == 0 and decision.radius == {"percent": 10}
     assert [v.rule for v in decision.violations] == ["blast_radius.action"]
 
@@ -133,15 +140,14 @@ def _alive(procs: list[subprocess.Popen[bytes]]) -> int:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / ".git").mkdir(exist_ok=True)
-    monkeypatch.chdir(tmp_path)
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, approver: Approver) -> Path:
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    monkeypatch.chdir(project)
     monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
     # stage 0 is 20% here, so 10 workers show the difference between 10%, 20% and "every match"
-    (tmp_path / "faultplane.policy.yaml").write_text(
-        "blast_radius: {stages: [{percent: 20}, {percent: 50}]}\n"
-    )
-    return tmp_path
+    approver.write_policy(project, "blast_radius: {stages: [{percent: 20}, {percent: 50}]}\n")
+    return project
 
 
 @pytest.mark.parametrize(
@@ -161,25 +167,31 @@ async def test_engine_kills_no_more_than_the_radius(
     radius: dict[str, Any] | None,
     arguments: dict[str, Any],
     killed: int,
+    approver: Approver,
 ) -> None:
     marker, procs = workers
     doc = runnable_experiment(
         service.url, blast_radius=radius, method=[_kill(cmdline_pattern=marker, **arguments)]
     )
-    journal = await execute(doc, store=Store(project / "s.duckdb"))
+    token = approver.sign(prepare(doc).approval_hash, record=False).token  # a person approved this kill
+    journal = await execute(doc, store=Store(project / "s.duckdb"), approval_token=token)
     assert journal.status == "completed", journal.error
     assert len(journal.run[0].output["processes"]) == killed
     assert _alive(procs) == 10 - killed
 
 
 async def test_engine_refuses_a_wider_action_and_touches_nothing(
-    project: Path, service: DegradableService, workers: tuple[str, list[subprocess.Popen[bytes]]]
+    project: Path,
+    service: DegradableService,
+    workers: tuple[str, list[subprocess.Popen[bytes]]],
+    approver: Approver,
 ) -> None:
     marker, procs = workers
     doc = runnable_experiment(
         service.url, blast_radius={"percent": 10}, method=[_kill(cmdline_pattern=marker, percentage=100)]
     )
-    journal = await execute(doc, store=Store(project / "s.duckdb"))
+    token = approver.sign(prepare(doc).approval_hash, record=False).token  # approved, and still too wide
+    journal = await execute(doc, store=Store(project / "s.duckdb"), approval_token=token)
     assert journal.status == "refused" and journal.run == []
     assert "blast_radius.action" in (journal.error or "") and "kill-workers" in (journal.error or "")
     assert _alive(procs) == 10

@@ -186,8 +186,13 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
         ),
         False,
     ),
+    # a process kill needs a person whatever its size (approval.fault_types: process_kill, by effect)
     "kill-one": (
         base_experiment(targets=None, method=[_driver("process", "kill", name="api", count=1)]),
+        False,
+    ),
+    "pause-one": (
+        base_experiment(targets=None, method=[_driver("process", "suspend", name="api", count=1)]),
         True,
     ),
     "kill-wide": (

@@ -69,6 +69,11 @@ BENIGN = [
         "arguments": ["qdisc", "add", "dev", "lo", "root", "netem", "loss", "5%"],
     },
     {"type": "process", "path": "curl", "arguments": ["-s", "http://127.0.0.1:8080/product/produce"]},
+    # closing a Redis connection, a kill switch, and words that only contain "kill" are not a process kill
+    {"type": "driver", "driver": "redis", "name": "client_kill", "arguments": {"url": "redis://127.0.0.1"}},
+    {"type": "http", "url": "http://127.0.0.1:8080/kill-switch/status"},
+    {"type": "process", "path": "echo", "arguments": ["skill", "killer", "overkill"]},
+    {"type": "process", "path": "redis-cli", "arguments": ["CLIENT", "KILL", "TYPE", "normal"]},
 ]
 
 

@@ -112,7 +112,8 @@ def test_prod_name_is_refused_by_guard_check_and_the_hook(project: Path) -> None
     assert blocked.returncode == 2 and "arguments.name" in blocked.stderr
     blocked = hook(mcp("chaos_run_experiment", {"experiment": yaml.safe_dump(doc)}, project))
     assert blocked.returncode == 2 and "arguments.name" in blocked.stderr
-    ok = _with(_driver("process", "kill", name="staging-api", count=1))
+    # the control (a pause, since any process kill needs a person's approval whatever its target)
+    ok = _with(_driver("process", "suspend", name="staging-api", count=1))
     write_experiment(project, ok, "ok.yaml")
     assert runner.invoke(app, ["guard", "check", "ok.yaml"]).exit_code == 0
     assert hook(bash("faultplane run ok.yaml", project)).returncode == 0

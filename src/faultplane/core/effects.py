@@ -15,7 +15,36 @@ from typing import Any
 
 __all__ = ["KNOWN_FAULT_TYPES", "activities", "effect_kinds"]
 
-KNOWN_FAULT_TYPES = ("latency", "error", "timeout", "resource_exhaustion", "network_partition")
+KNOWN_FAULT_TYPES = (
+    "latency",
+    "error",
+    "timeout",
+    "resource_exhaustion",
+    "network_partition",
+    "process_kill",
+)
+
+# Killing processes, containers or pods, by any spelling: `kill -9`, pkill, killall, `process.kill`,
+# `ssh.kill_process`, `kubernetes.kill_pods`/`delete_pods`, `kubectl delete pod`, `docker kill`, os.kill,
+# SIGKILL. Redis `CLIENT KILL` closes a connection and a kill switch stops chaos: neither kills a process.
+_PROCESS_KILL = re.compile(
+    r"(?<!client[ _\-])(?<![a-z0-9])(?:kill|pkill|killall|sigkill)(?![a-z0-9])(?![ _\-]?switch)"
+    r"|\b(?:kill|delete|terminate|stop)[_ \-]?(?:process(?:es)?|pods?|containers?|tasks?|instances?)\b"
+    r"|\bkubectl\b.*\bdelete\s+(?:pods?|po)\b|\b(?:docker|podman|crictl|nerdctl)\s+(?:kill|rm\s+-f)\b"
+    r"|\bsystemctl\b.*\b(?:stop|restart)\b"
+)
+
+# built-in driver actions that kill or restart processes, whatever their declared fault type says
+_KILL_ACTIONS = frozenset(
+    {
+        "process.kill",
+        "process.terminate",
+        "ssh.kill_process",
+        "kubernetes.kill_pods",
+        "kubernetes.delete_pods",
+        "postgres.restart",
+    }
+)
 
 # command lines and words whose effect is known, whatever the provider that runs them
 _COMMAND_EFFECTS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -44,6 +73,7 @@ _COMMAND_EFFECTS: tuple[tuple[re.Pattern[str], str], ...] = (
         ),
         "error",
     ),
+    (_PROCESS_KILL, "process_kill"),
     (re.compile(r"\bnetem\b.*\bdelay\b|\blatency\b|\bdelay\b"), "latency"),
     (re.compile(r"\btimeout\b|\bsuspend\b|\bsigstop\b|\bpause\b"), "timeout"),
 )
@@ -103,12 +133,26 @@ def _text(text: str, out: set[str]) -> None:
 def _text_kinds(text: str) -> frozenset[str]:
     # experiments repeat their strings (modules, functions, paths): each is read against the regexes once
     low = text.lower()
-    return frozenset(kind for rx, kind in _COMMAND_EFFECTS if rx.search(low))
+    # shell quoting splits a word without changing what runs: `k'i'll`, `"pk"ill`, `\kill`
+    bare = low.translate(_SHELL_QUOTES)
+    return frozenset(
+        kind for rx, kind in _COMMAND_EFFECTS if rx.search(low) or (bare != low and rx.search(bare))
+    )
+
+
+_SHELL_QUOTES = str.maketrans("", "", "'\"\\`")
 
 
 def effect_kinds(provider: Mapping[str, Any]) -> set[str]:
     """Every fault kind a provider's path, name, arguments and environment show, at any depth."""
     out: set[str] = set()
+    driver, name = provider.get("driver"), provider.get("name")
+    if (
+        isinstance(driver, str)
+        and isinstance(name, str)
+        and f"{_norm(driver)}.{_norm(name)}" in _KILL_ACTIONS
+    ):
+        out.add("process_kill")
     for key in ("path", "name", "func", "module", "url"):
         value = provider.get(key)
         if isinstance(value, str):

@@ -195,7 +195,10 @@ class ApprovalRules(_Strict):
     min_stage: int | None = Field(
         default=2, ge=0, description="runs at this stage index or above need an approval"
     )
-    fault_types: list[str] = Field(default_factory=lambda: ["network_partition", "resource_exhaustion"])
+    fault_types: list[str] = Field(
+        default_factory=lambda: ["network_partition", "resource_exhaustion", "process_kill"],
+        description="fault kinds, recognised by effect wherever they appear, that need a person's approval",
+    )
     actions: list[str] = Field(
         default_factory=list, description="globs on `driver.action` that need approval"
     )

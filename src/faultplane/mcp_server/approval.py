@@ -20,7 +20,6 @@ Both protocol eras are served: up to 2025-11-25 the server sends `elicitation/cr
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import html
 import json
@@ -594,7 +593,7 @@ class ApprovalBroker:
         """Before chaos_inject_fault registers or arms a fault of a type the policy reserves for a person
         (`inject` without a type arms the registered fault, so its registered type counts)."""
         from faultplane.core.policy import PolicyError, load_policy, normalize_text
-        from faultplane.services.faults import list_faults
+        from faultplane.services.faults import approval_spec, fault_approval_hash, list_faults
 
         def look() -> tuple[Any, str]:
             kind = spec.get("fault_type") or next(
@@ -606,9 +605,16 @@ class ApprovalBroker:
             pol, kind = await anyio.to_thread.run_sync(look)
         except PolicyError as exc:
             raise ToolError(str(exc)) from None
-        spec = {**spec, "fault_type": kind}
         if normalize_text(kind) not in {normalize_text(f) for f in pol.approval.fault_types}:
             return None
+        # the same call the service will check the approval against (services.faults.manage_fault)
+        spec = approval_spec(
+            spec.get("fault_name"),
+            spec.get("action"),
+            kind,
+            spec.get("probability"),
+            spec.get("duration_seconds"),
+        )
         ahash = fault_approval_hash(spec)
         summary = PlanSummary(
             title=f"fault {spec.get('fault_name')!r}",
@@ -630,11 +636,3 @@ class ApprovalBroker:
 
     def close(self) -> None:
         self.page.close()
-
-
-def fault_approval_hash(spec: Mapping[str, Any]) -> str:
-    """What an approval of a fault registration binds: the registration as it would be stored."""
-    canon = json.dumps(
-        {"approval_of": "fault registration", "fault": dict(spec)}, sort_keys=True, default=str
-    )
-    return hashlib.sha256(canon.encode()).hexdigest()

@@ -288,6 +288,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         points of the same name (`faultplane.fault_point(name)`), triggering per call with its probability;
         inject rolls the probability once (seeded) and, when triggered, fails the next call through the point.
         register overwrites; remove is idempotent. Every call is written to the audit log."""
+        fault_token: str | None = None
         if ctx is not None and action in ("register", "inject"):
             spec = {"fault_name": fault_name, "action": action, "fault_type": fault_type}
             asked = await cfg.approvals.for_fault(
@@ -297,6 +298,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
             )
             if isinstance(asked, InputRequiredResult):
                 return asked  # type: ignore[return-value]  # the 2026-07-28 round trip: the client retries
+            fault_token = asked
         call_seed = cfg.rng.getrandbits(63) if action == "inject" else None
 
         def work() -> Any:
@@ -311,10 +313,12 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
                 actor=cfg.actor,
                 registry=cfg.registry(),
                 store=cfg.store(),
+                approval_token=fault_token,
             )
 
         try:
-            result = await anyio.to_thread.run_sync(work)
+            with cfg.approvals.trust(fault_token):  # the service verifies the person's answer itself
+                result = await anyio.to_thread.run_sync(work)
         except (FaultSpecError, UnknownFaultError) as exc:
             return _fault_error(fault_name, exc)
         return cfg.render(InjectFaultOutput(**result.model_dump()))

@@ -719,6 +719,16 @@ def design_experiments(
             experiment=doc,
         )
 
+    def approval_only(fault: _Fault) -> bool:
+        # the policy decides what needs a person (approval.fault_types, approval.actions, by effect), not the
+        # recipe's label: a recipe it reserves joins held_back instead of refusing the whole design
+        doc = _experiment(req, 0, fault, blast_for(0), obs)
+        decision = evaluate(doc, policy=policy, store=store, fault_type_of=_fault_type_of)
+        return bool(decision.violations) and all(v.rule == "approval.required" for v in decision.violations)
+
+    reserved = [f for f in runnable if approval_only(f)]
+    runnable = [f for f in runnable if f not in reserved]
+    held = reserved + held
     designed = [build(i, f) for i, f in enumerate(runnable)]
     blocked = [d for d in designed if not d.policy_allowed]
     if blocked:

@@ -7,6 +7,7 @@ with a per-call seed (given by the caller or drawn here) and the seed is recorde
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import secrets
@@ -28,6 +29,7 @@ __all__ = [
     "ActiveFault",
     "FaultInputError",
     "FaultResult",
+    "fault_approval_hash",
     "list_faults",
     "manage_fault",
     "record_refused_call",
@@ -186,11 +188,15 @@ def manage_fault(
     actor: str = "api",
     registry: FaultRegistry | None = None,
     store: Any = None,
+    approval_token: str | None = None,
 ) -> FaultResult:
     """Register (overwrites), inject (rolls the probability once, seeded) or remove (idempotent) a fault.
 
-    Raises `FaultInputError` (field, problem, fix) for bad input and `UnknownFaultError` when injecting a
-    fault that is not registered. Every call, failed or not, is written to the store's audit table.
+    Registering or arming a fault of a type in the policy's `approval.fault_types` (partition, resource
+    exhaustion) needs an approval of exactly this call (`fault_approval_hash`): `approval_token`, or one a
+    person stored. Raises `FaultInputError` (field, problem, fix) for bad input or a refusal and
+    `UnknownFaultError` when injecting a fault that is not registered. Every call, failed or not, is written
+    to the store's audit table.
     """
     reg = registry or FaultRegistry()
     details: dict[str, Any] = {
@@ -203,7 +209,10 @@ def manage_fault(
     }
     try:
         if action in ("register", "inject"):
-            _judge_registration(fault_name, target, error_message)
+            policy = _judge_registration(fault_name, target, error_message)
+            _require_approval(
+                policy, reg, fault_name, action, fault_type, probability, duration_seconds, approval_token
+            )
         result = _apply(
             reg, fault_name, action, fault_type, probability, duration_seconds, error_message, target, seed
         )
@@ -214,7 +223,7 @@ def manage_fault(
     return result
 
 
-def _judge_registration(fault_name: Any, target: Any, error_message: Any) -> None:
+def _judge_registration(fault_name: Any, target: Any, error_message: Any) -> Any:
     """A fault registered by any surface (CLI, MCP, load) is judged by the same policy as an experiment:
     a production name or a target outside the declared inventory is refused before the registry changes."""
     from faultplane.core.policy import PolicyError, find_forbidden, load_policy
@@ -232,6 +241,75 @@ def _judge_registration(fault_name: Any, target: Any, error_message: Any) -> Non
     if found:
         v = found[0]
         raise FaultInputError(v.field.rsplit(".", 1)[-1], f"refused by policy [{v.rule}]: {v.message}", v.fix)
+    return policy
+
+
+def fault_approval_hash(spec: Mapping[str, Any]) -> str:
+    """What an approval of a fault registration binds: the call as made (name, action, the fault's type,
+    probability, duration), so an approval of a 10% partition does not cover a 100% one."""
+    canon = json.dumps(
+        {"approval_of": "fault registration", "fault": dict(spec)}, sort_keys=True, default=str
+    )
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def approval_spec(
+    fault_name: str, action: str, fault_type: str, probability: Any, duration_seconds: Any
+) -> dict[str, Any]:
+    """The registration an approval is bound to; the MCP server asks the person about this same dict."""
+    return {
+        "fault_name": fault_name,
+        "action": action,
+        "fault_type": fault_type,
+        "probability": probability,
+        "duration_seconds": duration_seconds,
+    }
+
+
+def _require_approval(
+    policy: Any,
+    reg: FaultRegistry,
+    fault_name: Any,
+    action: str,
+    fault_type: Any,
+    probability: Any,
+    duration_seconds: Any,
+    approval_token: str | None,
+) -> None:
+    """Refuse to register or arm an approval-class fault (by its type, whatever surface calls) unless a
+    person approved exactly this call. `inject` without a type arms the registered fault: its type counts."""
+    from faultplane.core import approval as approvals
+    from faultplane.core.policy import normalize_text
+
+    kind = fault_type
+    if not kind and action == "inject" and isinstance(fault_name, str):
+        existing = reg.get(fault_name)
+        kind = existing.fault_type if existing is not None else None
+    if not isinstance(kind, str) or not kind:
+        return
+    reserved = {normalize_text(f) for f in policy.approval.fault_types}
+    if normalize_text(kind) not in reserved:
+        return
+    ahash = fault_approval_hash(approval_spec(fault_name, action, kind, probability, duration_seconds))
+    trusted = policy.approval.trusted_keys
+    why = ""
+    if approval_token:
+        try:
+            approvals.verify_token(approval_token, ahash, trusted_keys=trusted)
+            return
+        except approvals.ApprovalError as exc:
+            why = f" The token given does not verify: {exc}."
+    found, stored_why = approvals.stored_approval(ahash, trusted_keys=trusted)
+    if found is not None:
+        return
+    why = why or (f" {stored_why}." if stored_why else "")
+    raise FaultInputError(
+        "fault_type",
+        f"{action} of a {kind} fault needs a human approval by policy (approval.fault_types); nothing was "
+        f"registered (approval hash {ahash[:16]}…).{why}",
+        "register it from an experiment (a `faults.register` action) that a person approved with "
+        "`faultplane guard approve`, or call from an MCP client that can ask its user (URL elicitation)",
+    )
 
 
 def record_refused_call(
