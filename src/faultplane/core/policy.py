@@ -188,6 +188,13 @@ class BlastRadiusRules(_Strict):
         default=True, description="an experiment with `targets:` must declare blast_radius"
     )
     greens_before_advice: int = Field(default=3, ge=1, description="the 'three greens' rule")
+    greens_to_advance: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="green runs that really injected a fault kind into a target at a stage before the next "
+        "stage is earned for that target and kind",
+    )
 
 
 class ApprovalRules(_Strict):
@@ -1170,6 +1177,81 @@ def advice_after_run(
     return [three_greens_advice(stage, n, policy, fault_types=fault_types)]
 
 
+def _exposures(store: Store | None, targets: Sequence[str]) -> list[dict[str, Any]]:
+    """Exposure rows of these targets, newest first, from the database itself (a guardrail never rests on a
+    cache). A store that cannot answer shows no exposure: the stage is then not earned."""
+    if store is None or not targets:
+        return []
+    if getattr(store, "dialect", "duckdb") == "duckdb":
+        if store.has_pending():
+            store.flush()
+        if not store.path.exists():
+            return []
+    final = " FINAL" if getattr(store, "dialect", "duckdb") == "clickhouse" else ""
+    marks = ", ".join("?" for _ in targets)
+    try:
+        return store.query(
+            f"SELECT target, fault_kind, stage, green, started_at FROM exposures{final} "
+            f"WHERE target IN ({marks}) ORDER BY started_at DESC NULLS LAST, run_id DESC LIMIT 5000",
+            list(targets),
+        )
+    except Exception:
+        return []
+
+
+def _earned_stage(
+    raw: Mapping[str, Any],
+    stage: int | None,
+    policy: Policy,
+    store: Store | None,
+    fault_type_of: Callable[[str, str], str | None] | None,
+    *,
+    report_next_stage: bool = False,
+) -> tuple[int, list[str]]:
+    """(the highest stage this experiment has earned, why each of its faults lacks the requested stage).
+
+    The lowest over the faults its method injects: each (target, kind) climbs on its own exposures. A method
+    that injects no fault the journal could show (a no-op, a shell command) earns nothing past stage 0."""
+    from faultplane.core.exposure import earned, planned_exposures
+
+    if not report_next_stage and (stage is None or stage <= 0):
+        return 0, []  # stage 0 needs no history: a run at stage 0 does not open the database for it
+    planned = planned_exposures(raw, fault_type_of)
+    if not planned:
+        return 0, [
+            "the method injects no fault a journal can show (a driver action that applies a fault), so no "
+            "run of it earns a stage"
+        ]
+    need = policy.blast_radius.greens_to_advance
+    rows = _exposures(store, sorted({t for t, _k, _n in planned if t != "opaque"}))
+    allowed: int | None = None
+    why: list[str] = []
+    for target, kind, name in dict.fromkeys(planned):
+        if target == "opaque":
+            allowed = 0
+            why.append(
+                f"activity {name!r} looks like a {kind} fault but is not a driver action, so no run can show it "
+                "applied: it earns no stage past 0"
+            )
+            continue
+        mine = [r for r in rows if r.get("target") == target and r.get("fault_kind") == kind]
+        ok, last, n = earned(mine, need)
+        allowed = ok if allowed is None else min(allowed, ok)
+        if stage is not None and stage > ok:
+            # the missing step is the stage it has earned: that is where the green runs must come from
+            have = n if last == ok else 0
+            history = (
+                "no green run has injected it yet"
+                if last is None
+                else f"its newest green exposure is at stage {last}"
+            )
+            why.append(
+                f"target {target!r} / fault kind {kind!r} lacks {need - have} green run(s) that really "
+                f"injected it at stage {ok} ({history}; {have} of {need} needed)"
+            )
+    return (allowed or 0), why
+
+
 def _stage_of(raw: Mapping[str, Any], policy: Policy) -> tuple[int | None, list[Violation]]:
     stages = policy.blast_radius.stages
     br = raw.get("blast_radius")
@@ -1384,6 +1466,7 @@ def evaluate(
     family: str | None = None,
     approval_hash: str | None = None,
     secret_values: Sequence[str] = (),
+    report_next_stage: bool = False,
 ) -> PolicyDecision:
     """Decide whether this experiment may run now. Never raises on a malformed experiment: refuses it.
 
@@ -1415,21 +1498,19 @@ def evaluate(
     radius = effective_radius(raw, stage, policy)
     violations += _radius_violations(raw, stage, radius, targets_of)
 
-    # the stage after the LAST green run of the family (newest first), not after the highest ever: a family
-    # that went back to a smaller radius climbs again from there
-    history = _family_runs(store, family, fresh=stage is not None and stage > 0)
-    last_green = next((r for r in history if _is_green(r) and r.get("blast_stage") is not None), None)
-    allowed_stage = int(last_green["blast_stage"]) + 1 if last_green is not None else 0
+    # a stage is earned per target and fault kind by green runs that really injected that kind there at the
+    # stage before (core.exposure), never by the experiment's title or family: both are the author's labels
+    allowed_stage, unearned = _earned_stage(
+        raw, stage, policy, store, fault_type_of, report_next_stage=report_next_stage
+    )
 
     kinds, actions = _fault_types(raw, fault_type_of)
     reasons: list[str] = []
     if stage is not None:
         if stage > allowed_stage:
-            last = (
-                "no green run yet" if allowed_stage == 0 else f"the last green stage is {allowed_stage - 1}"
-            )
             reasons.append(
-                f"skips a stage: runs at stage {stage} but {last}, so only stage {allowed_stage} is next"
+                f"skips a stage: runs at stage {stage} but only stage {allowed_stage} is earned: "
+                + "; ".join(unearned)
             )
         if stage >= len(stages):
             reasons.append(f"runs beyond the last stage ({stages[-1].describe()})")

@@ -194,6 +194,7 @@ def combine(policies: Sequence[Policy]) -> Policy:
         stages=stages,
         require_declared=any(b.require_declared for b in bs),
         greens_before_advice=min(b.greens_before_advice for b in bs),
+        greens_to_advance=max(b.greens_to_advance for b in bs),
     )
     aps = [p.approval for p in policies]
     min_stages = [a.min_stage for a in aps if a.min_stage is not None]

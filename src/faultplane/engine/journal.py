@@ -68,6 +68,8 @@ def _apply(journal: Journal, event: dict[str, Any]) -> None:
         journal.gates["breach"] = event["breach"]
     elif kind == "revert":
         journal.reverts.append(event["revert"])
+    elif kind == "injection":
+        journal.injections.append(event["injection"])
     elif kind == "policy":
         journal.policy = event["policy"]
     elif kind == "load":

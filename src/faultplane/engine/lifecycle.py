@@ -338,6 +338,7 @@ class _Runner:
         if activity.pauses and activity.pauses.before and not self.dry_run:
             await anyio.sleep(activity.pauses.before)
         refused = None
+        applied_before = self.ctx.applied
         if not self.dry_run and self.policy is not None:
             from faultplane.engine.choke import refusal
 
@@ -362,6 +363,8 @@ class _Runner:
             except Exception as exc:  # a bug in a provider fails the activity, never the run's bookkeeping
                 status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         end = now()
+        if status == "succeeded" and section == "method" and not self.dry_run:
+            self._record_injection(activity, output, self.ctx.applied - applied_before)
         # built from values the engine made itself: validating them again costs more than a quick probe
         run = ActivityRun.model_construct(
             activity=self._activity_dict(activity),
@@ -379,6 +382,37 @@ class _Runner:
         if activity.pauses and activity.pauses.after and not self.dry_run:
             await anyio.sleep(activity.pauses.after)
         return run
+
+    def _record_injection(self, activity: Activity, output: Any, leases: int) -> None:
+        """Journal the fault this method action really applied (core.exposure): a driver action whose catalog
+        names a fault kind, that registered a revert it kept or whose output names what it hit. Bookkeeping:
+        it never fails the run."""
+        try:
+            from faultplane.core.exposure import affected_count, target_identity
+
+            prov = self._activity_dict(activity).get("provider") or {}
+            if prov.get("type") != "driver":
+                return
+            kind = _fault_type_of(str(prov.get("driver")), str(prov.get("name")))
+            affected = affected_count(output)
+            if not kind or (leases <= 0 and affected <= 0):
+                return
+            self.writer.emit(
+                {
+                    "event": "injection",
+                    "injection": {
+                        "activity": activity.name,
+                        "action": f"{prov.get('driver')}.{prov.get('name')}",
+                        "fault_kind": kind,
+                        "target": target_identity(str(prov.get("driver")), prov.get("arguments") or {}),
+                        "leases": max(leases, 0),
+                        "affected": affected,
+                        "at": now().isoformat(),
+                    },
+                }
+            )
+        except Exception as exc:  # a record that cannot be made costs the stage it would earn, not the run
+            self.writer.journal.warnings.append(f"injection record not written: {type(exc).__name__}: {exc}")
 
     def _activity_dict(self, activity: Activity) -> dict[str, Any]:
         # an activity is dumped once per run, not once per execution (a method may repeat it via `ref`)
