@@ -976,14 +976,27 @@ _UNREACHABLE_FIX = (
 )
 
 
-def _never_trips(sli: str, op: str, threshold: float) -> str | None:
-    """Why a gate's predicate can never be true for this SLI (every built-in SLI is >= 0; fractions <= 1)."""
+def _never_trips(sli: str, op: str, threshold: float, *, percent: bool = False) -> str | None:
+    """Why a gate's predicate can never be true for this SLI (every built-in SLI is >= 0; fractions <= 1; a
+    threshold written as a percentage is a share, 0 %..100 %, whatever measures it)."""
+    shown = f"{threshold * 100:g}%" if percent else f"{threshold:g}"
+    if percent and (
+        (op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)))
+        or (op in ("<", "<=") and (threshold < 0 or (op == "<" and threshold == 0)))
+        or (op == "==" and not 0 <= threshold <= 1)
+    ):
+        return f"a percentage lies between 0% and 100%, so `{sli} {op} {shown}` can never trip"
     if sli in ("probe", "prometheus"):
-        return None  # their values are the author's; only the fraction and sign rules below are known
+        return None  # their values are the author's; only the share rule above is known (and the baseline)
     if op in ("<", "<=") and (threshold < 0 or (op == "<" and threshold == 0)):
-        return f"{sli} is never below {threshold:g}, so `{sli} {op} {threshold:g}` can never trip"
-    if sli in _FRACTION_SLIS and op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)):
-        return f"{sli} is a fraction, never above 1, so `{sli} {op} {threshold:g}` can never trip"
+        return f"{sli} is never below {shown}, so `{sli} {op} {shown}` can never trip"
+    if op == "==" and threshold < 0:
+        return f"{sli} is never negative, so `{sli} {op} {shown}` can never trip"
+    if sli in _FRACTION_SLIS and (
+        (op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)))
+        or (op == "==" and threshold > 1)
+    ):
+        return f"{sli} is a fraction, never above 1, so `{sli} {op} {shown}` can never trip"
     return None
 
 
@@ -1033,7 +1046,7 @@ def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
                 )
             )
             continue
-        never = _never_trips(spec.sli, pred.op, pred.threshold)
+        never = _never_trips(spec.sli, pred.op, pred.threshold, percent="%" in spec.rollback_on)
         if never is not None:
             out.append(Violation("gates.unreachable", f"{where}.rollback_on", never, _UNREACHABLE_FIX))
             continue

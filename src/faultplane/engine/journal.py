@@ -64,6 +64,8 @@ def _apply(journal: Journal, event: dict[str, Any]) -> None:
         journal.phases.append({"phase": event["phase"], "at": event["at"]})
     elif kind == "gate_sample":
         journal.gates["samples"].append(event["sample"])
+    elif kind == "gate_baseline":
+        journal.gates.setdefault("baseline", []).append(event["sample"])
     elif kind == "gate_breach":
         journal.gates["breach"] = event["breach"]
     elif kind == "revert":
