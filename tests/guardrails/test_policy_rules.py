@@ -30,6 +30,7 @@ from faultplane.core.policy import (
 )
 from faultplane.core.store import Store
 from faultplane.engine.lifecycle import evaluate_document
+from policy_helpers import use_lab_policy
 
 FAMILY = "payment-db-latency"
 
@@ -142,9 +143,9 @@ def test_one_windowed_gate_is_enough() -> None:
 
 
 def test_lab_policy_can_drop_the_gate_requirement(tmp_path: Path) -> None:
-    path = tmp_path / "faultplane.policy.yaml"
-    path.write_text("gates: {required: false, require_window: false}\n")
-    assert _rules(base_experiment(slo_gates=None), policy=load_policy(path)) == []
+    # the person's own policy relaxes; `--policy`/$FAULTPLANE_POLICY alone would only tighten
+    use_lab_policy("gates: {required: false, require_window: false}\n")
+    assert _rules(base_experiment(slo_gates=None), policy=load_policy()) == []
 
 
 # ---- blast radius stages -----------------------------------------------------------------------------------
@@ -283,9 +284,8 @@ def test_no_targets_no_radius_is_the_first_stage() -> None:
 
 
 def test_count_stages(tmp_path: Path, store: Store) -> None:
-    path = tmp_path / "p.yaml"
-    path.write_text("blast_radius: {stages: [{count: 1}, {count: 3}, {count: 10}]}\n")
-    pol = load_policy(path)
+    use_lab_policy("blast_radius: {stages: [{count: 1}, {count: 3}, {count: 10}]}\n")
+    pol = load_policy()
     assert evaluate(base_experiment(blast_radius={"count": 1}), policy=pol, store=store).allowed
     d = evaluate(base_experiment(blast_radius={"count": 2}), policy=pol, store=store)
     assert d.stage == 1 and not d.allowed

@@ -285,14 +285,15 @@ def load_policy(
     return policy_in_force(path, start=start)
 
 
-def load_policy_file(chosen: Path) -> Policy:
-    """One policy file, validated (with `extend_defaults`, its forbidden rules add to the built-in ones)."""
+def load_policy_file(chosen: Path, text: str | None = None) -> Policy:
+    """One policy file, validated (with `extend_defaults`, its forbidden rules add to the built-in ones).
+    `text`: the file's content already read (a signed file is parsed from the very bytes that were verified)."""
     from faultplane.core.hostile import HostileInput, parse_guarded, read_text_limited
 
     try:
-        data = (
-            parse_guarded(load_yaml, read_text_limited(chosen, "policy file"), f"policy file {chosen}") or {}
-        )
+        if text is None:
+            text = read_text_limited(chosen, "policy file")
+        data = parse_guarded(load_yaml, text, f"policy file {chosen}") or {}
     except HostileInput as exc:
         raise PolicyError(str(exc)) from None
     except OSError as exc:
