@@ -20,6 +20,7 @@ from faultplane.core.formats import ExperimentError
 from faultplane.drivers import leases
 from faultplane.drivers.base import check_arguments, list_activities
 from faultplane.engine.lifecycle import checked_plan
+from policy_helpers import use_lab_policy
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -121,7 +122,7 @@ def test_phase0_refuses_a_misspelt_argument_in_the_second_action_before_the_firs
         assert [i.field for i in info.value.issues] == ["method[1].provider.arguments.timout_ms"]
         assert "'timeout_ms'" in info.value.issues[0].fix
         # through the CLI: refused, nothing applied
-        monkeypatch.setenv("FAULTPLANE_POLICY", str(_lab_policy(tmp_path)))
+        _lab_policy(tmp_path)
         path = tmp_path / "exp.yaml"
         path.write_text(yaml.safe_dump(doc))
         out = cli("run", str(path), "-q")
@@ -135,16 +136,14 @@ def test_phase0_refuses_a_misspelt_argument_in_the_second_action_before_the_firs
 
 
 def _lab_policy(tmp_path: Path) -> Path:
-    path = tmp_path / "faultplane.policy.yaml"
-    path.write_text("gates: {required: false}\n")
-    return path
+    return use_lab_policy("gates: {required: false}\n")
 
 
 def test_journal_after_sigkill_tells_what_the_watchdog_reverted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lease_env: dict[str, str]
 ) -> None:
     monkeypatch.delenv("FAULTPLANE_NO_WATCHDOG", raising=False)
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(_lab_policy(tmp_path)))
+    _lab_policy(tmp_path)
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     marker = tmp_path / "marker.txt"
     doc = _experiment(target.pid, {"driver": "process", "name": "suspend", "arguments": {"pid": target.pid}})
@@ -197,7 +196,7 @@ def test_a_secret_from_the_experiment_is_sealed_end_to_end_and_the_watchdog_stil
     import redis
 
     monkeypatch.delenv("FAULTPLANE_NO_WATCHDOG", raising=False)
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(_lab_policy(tmp_path)))
+    _lab_policy(tmp_path)
     monkeypatch.setenv("FP_TEST_REDIS_PW", REDIS_PASSWORD)
     marker = tmp_path / "marker.txt"
     host = f"127.0.0.1:{redis_auth_server.port}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import ctk_helpers  # noqa: F401  (registers the test driver)
+from policy_helpers import use_lab_policy
 
 LAB_POLICY = """\
 # A lab policy for engine tests: production is still forbidden, gates are not required.
@@ -17,10 +18,7 @@ gates: {required: false}
 
 @pytest.fixture
 def lab_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "faultplane.policy.yaml"
-    path.write_text(LAB_POLICY, encoding="utf-8")
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(path))
-    return path
+    return use_lab_policy(LAB_POLICY)
 
 
 class _Handler(BaseHTTPRequestHandler):

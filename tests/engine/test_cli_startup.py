@@ -13,6 +13,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from faultplane.cli.main import COMMANDS, app, load_module_commands
+from policy_helpers import use_lab_policy
 
 # what a command must not pay for unless it uses it
 HEAVY = (
@@ -122,9 +123,7 @@ def test_every_help_fits_80_columns(path: list[str]) -> None:
 def test_an_ambiguous_run_id_prefix_lists_the_matches(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("gates: {required: false}\n")
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(policy))
+    use_lab_policy("gates: {required: false}\n")
     exp = tmp_path / "exp.json"
     probe = {"type": "python", "module": "json", "func": "dumps", "arguments": {"obj": 1}}
     exp.write_text(

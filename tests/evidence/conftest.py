@@ -23,6 +23,7 @@ import pytest
 from evidence_helpers import ESTIMATE, PLAN, service_experiment
 
 from faultplane.core.store import Store
+from policy_helpers import use_lab_policy
 
 LAB_POLICY = "# evidence tests: a lab, gates not required\ngates: {required: false}\n"
 
@@ -160,10 +161,7 @@ def ch_store(clickhouse_server: ClickHouseServer) -> Iterator[Any]:
 
 @pytest.fixture
 def lab_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "faultplane.policy.yaml"
-    path.write_text(LAB_POLICY, encoding="utf-8")
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(path))
-    return path
+    return use_lab_policy(LAB_POLICY)
 
 
 @dataclass
@@ -181,10 +179,9 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunSet]:
     from faultplane.services.runs import load_journal
 
     base = tmp_path_factory.mktemp("evidence-runs")
-    policy = base / "faultplane.policy.yaml"
-    policy.write_text(LAB_POLICY, encoding="utf-8")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FAULTPLANE_POLICY", str(policy))
+        mp.setenv("XDG_CONFIG_HOME", str(base / "xdg-config"))
+        use_lab_policy(LAB_POLICY, base / "xdg-config")
         mp.setenv("XDG_DATA_HOME", str(base / "xdg-data"))
         mp.setenv("XDG_STATE_HOME", str(base / "xdg-state"))
         mp.setenv("FAULTPLANE_STORE", str(base / "store.duckdb"))

@@ -17,6 +17,7 @@ import yaml
 
 from clihelp import cli, env
 from conftest import LAB_POLICY, ClickHouseServer, start_clickhouse, stop_clickhouse
+from policy_helpers import use_lab_policy
 
 pytestmark = pytest.mark.clickhouse
 
@@ -41,8 +42,7 @@ def _experiment(path: Path, method: list[dict[str, Any]] | None = None) -> Path:
 
 @pytest.fixture
 def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "faultplane.policy.yaml").write_text(LAB_POLICY, encoding="utf-8")
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(tmp_path / "faultplane.policy.yaml"))
+    use_lab_policy(LAB_POLICY)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

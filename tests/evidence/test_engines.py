@@ -82,7 +82,7 @@ def test_open_store_routes_by_url(clickhouse_server: Any, tmp_path: Any) -> None
         assert isinstance(store, ClickHouseStore)
         assert {
             r["name"] for r in store.query("SELECT name FROM schema_migrations WHERE owner = 'core'")
-        } == {"core-001"}
+        } == {"core-001", "core-002"}
     finally:
         store.execute("DROP DATABASE IF EXISTS fp_route")
 
@@ -117,7 +117,7 @@ def test_same_tables_and_columns_on_both_engines(real_runs: Any, ch_store: Click
         return out
 
     duck_tables, ch_tables = tables(duck), tables(ch)
-    for name in ("runs", "activities", "journals", "audit", "run_metrics", "schema_migrations"):
+    for name in ("runs", "activities", "journals", "audit", "run_metrics", "exposures", "schema_migrations"):
         if name == "schema_migrations":
             assert set(duck_tables[name]) == set(ch_tables[name])
         else:
@@ -128,6 +128,7 @@ def test_same_tables_and_columns_on_both_engines(real_runs: Any, ch_store: Click
         == ch_store.query(applied)
         == [
             {"owner": "core", "name": "core-001"},
+            {"owner": "core", "name": "core-002"},
             {"owner": "evidence", "name": "evidence-001"},
         ]
     )

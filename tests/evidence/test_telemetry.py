@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from faultplane.core import otlp, telemetry
+from policy_helpers import use_lab_policy
 
 
 def _ns(iso: str) -> int:
@@ -287,8 +288,7 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
     """A real CLI run with the collector's port closed: the run succeeds, one line says what was dropped."""
     from clihelp import cli
 
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(LAB_POLICY, encoding="utf-8")
+    use_lab_policy(LAB_POLICY)
     exp = tmp_path / "exp.json"
     probe = {
         "type": "probe",
@@ -304,7 +304,6 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
     )
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FAULTPLANE_POLICY", str(policy))
         mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
         proc = cli("run", str(exp), "--output", "json")
     assert proc.returncode == 0, proc.stderr

@@ -14,6 +14,7 @@ from faultplane.drivers.base import ActivityContext, DriverError, get_activity
 from faultplane.services.analytics import QueryError, analyze
 from faultplane.services.discover import discover
 from faultplane.services.faults import list_faults, manage_fault
+from policy_helpers import use_lab_policy
 
 pytestmark = pytest.mark.anyio
 
@@ -58,9 +59,7 @@ async def test_remove_in_rollbacks_leaves_the_fault_removed(
 ) -> None:
     from faultplane.services.experiments import run_experiment
 
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("gates: {required: false}\n", encoding="utf-8")
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(policy))
+    use_lab_policy("gates: {required: false}\n")
     manage_fault("slow-db", "register", fault_type="latency", probability=1.0, registry=reg, store=store)
 
     def faults(kind: str, activity: str, **arguments: str) -> dict:

@@ -105,6 +105,57 @@ def record_run(
     return run_id
 
 
+REDIS_FAULT_URL = "redis://127.0.0.1:6379/0"
+REDIS_TARGET = "loopback:6379"  # the identity core.exposure gives REDIS_FAULT_URL and its loopback aliases
+
+
+def fault_experiment(url: str = REDIS_FAULT_URL, **changes: Any) -> dict[str, Any]:
+    """BASE with a method that really injects a fault the driver catalog knows (redis CLIENT PAUSE, kind
+    `timeout`), so a run of it can show an injection."""
+    method = [
+        {
+            "type": "action",
+            "name": "pause-writes",
+            "provider": {
+                "type": "driver",
+                "driver": "redis",
+                "name": "client_pause",
+                "arguments": {"url": url, "timeout_ms": 50, "mode": "WRITE"},
+            },
+        }
+    ]
+    return base_experiment(**{"method": method, **changes})
+
+
+def record_exposure(
+    store: Store,
+    target: str,
+    kind: str,
+    stage: int,
+    *,
+    green: bool = True,
+    family: str = "any-family",
+) -> str:
+    """A finished run that really injected `kind` into `target` at `stage`: its `runs` row and its exposure
+    row, as the engine writes them."""
+    run_id = record_run(store, family, stage, green=green)
+    store.insert(
+        "exposures",
+        [
+            {
+                "run_id": run_id,
+                "seq": 0,
+                "target": target,
+                "fault_kind": kind,
+                "stage": stage,
+                "green": 1 if green else 0,
+                "started_at": _CLOCK[0],
+            }
+        ],
+    )
+    return run_id
+
+
 class DegradableService:
     """A real threaded HTTP service whose latency and error rate are flipped at run time (the injected fault)."""
 

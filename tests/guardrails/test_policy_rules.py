@@ -7,10 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_helpers import Approver, base_experiment, record_run
+from guard_helpers import (
+    REDIS_TARGET,
+    Approver,
+    base_experiment,
+    fault_experiment,
+    record_exposure,
+    record_run,
+)
 
 from faultplane.core import approval as approvals
 from faultplane.core.policy import (
+    BlastRadiusRules,
     Policy,
     PolicyError,
     approval_hash,
@@ -21,6 +29,8 @@ from faultplane.core.policy import (
     load_policy,
 )
 from faultplane.core.store import Store
+from faultplane.engine.lifecycle import evaluate_document
+from policy_helpers import use_lab_policy
 
 FAMILY = "payment-db-latency"
 
@@ -133,9 +143,9 @@ def test_one_windowed_gate_is_enough() -> None:
 
 
 def test_lab_policy_can_drop_the_gate_requirement(tmp_path: Path) -> None:
-    path = tmp_path / "faultplane.policy.yaml"
-    path.write_text("gates: {required: false, require_window: false}\n")
-    assert _rules(base_experiment(slo_gates=None), policy=load_policy(path)) == []
+    # the person's own policy relaxes; `--policy`/$FAULTPLANE_POLICY alone would only tighten
+    use_lab_policy("gates: {required: false, require_window: false}\n")
+    assert _rules(base_experiment(slo_gates=None), policy=load_policy()) == []
 
 
 # ---- blast radius stages -----------------------------------------------------------------------------------
@@ -165,39 +175,93 @@ def test_first_stage_runs_without_history(store: Store) -> None:
 
 
 def test_skipping_a_stage_needs_approval(store: Store) -> None:
-    doc = base_experiment(blast_radius={"percent": 25})
-    decision = evaluate(doc, policy=Policy(), store=store)
+    doc = fault_experiment(blast_radius={"percent": 25})
+    decision = evaluate_document(doc, Policy(), store, None)
     assert not decision.allowed
     (v,) = decision.violations
     assert v.rule == "approval.required" and v.field == "blast_radius"
     assert "skips a stage" in v.message and "faultplane approve" in v.fix and "stage 0" in v.fix
+    assert f"target {REDIS_TARGET!r} / fault kind 'timeout' lacks 1 green run(s)" in v.message
 
 
-def test_next_stage_opens_after_a_green_run(store: Store) -> None:
-    record_run(store, FAMILY, 0, green=True)
-    decision = evaluate(base_experiment(blast_radius={"percent": 25}), policy=Policy(), store=store)
+def test_next_stage_opens_after_a_green_exposure(store: Store) -> None:
+    record_exposure(store, REDIS_TARGET, "timeout", 0)
+    decision = evaluate_document(fault_experiment(blast_radius={"percent": 25}), Policy(), store, None)
     assert decision.allowed, [str(v) for v in decision.violations]
     assert (decision.stage, decision.allowed_stage) == (1, 1)
 
 
 @pytest.mark.parametrize(
+    ("target", "kind", "green"),
+    [
+        (REDIS_TARGET, "timeout", False),  # red
+        ("loopback:6380", "timeout", True),  # another port is another target
+        ("10.0.0.7:6379", "timeout", True),  # another host
+        (REDIS_TARGET, "latency", True),  # another fault kind on the same target
+        (REDIS_TARGET, "Timeout", True),  # kinds are the catalog's exact names
+    ],
+)
+def test_exposure_of_another_target_kind_or_a_red_run_opens_nothing(
+    store: Store, target: str, kind: str, green: bool
+) -> None:
+    record_exposure(store, target, kind, 0, green=green)
+    decision = evaluate_document(fault_experiment(blast_radius={"percent": 25}), Policy(), store, None)
+    assert [v.rule for v in decision.violations] == ["approval.required"]
+    assert "skips a stage" in decision.violations[0].message
+
+
+@pytest.mark.parametrize(
     "row",
     [
-        {"green": False},
+        {"green": True},
         {"green": True, "status": "aborted"},
-        {"green": True, "status": "failed"},
         {"green": True, "dry_run": True},
     ],
 )
-def test_red_aborted_or_dry_runs_do_not_open_the_next_stage(store: Store, row: dict[str, Any]) -> None:
-    record_run(store, FAMILY, 0, **row)
-    decision = evaluate(base_experiment(blast_radius={"percent": 25}), policy=Policy(), store=store)
+def test_green_runs_of_the_family_without_exposure_open_nothing(store: Store, row: dict[str, Any]) -> None:
+    """The old ground (a green run of the same family) is a label: it earns nothing without an injection."""
+    for _ in range(3):
+        record_run(store, FAMILY, 0, **row)
+    decision = evaluate_document(fault_experiment(blast_radius={"percent": 25}), Policy(), store, None)
     assert [v.rule for v in decision.violations] == ["approval.required"]
 
 
-def test_other_families_do_not_count(store: Store) -> None:
-    record_run(store, "some-other-experiment", 0)
-    assert not evaluate(base_experiment(blast_radius={"percent": 25}), policy=Policy(), store=store).allowed
+def test_a_method_that_injects_nothing_a_journal_can_show_earns_no_stage(store: Store) -> None:
+    record_exposure(store, REDIS_TARGET, "timeout", 0)
+    for method in (
+        base_experiment()["method"],  # a shell command with a `--delay` argument: a label, not evidence
+        [{"type": "action", "name": "noop", "provider": {"type": "process", "path": "true"}}],
+    ):
+        doc = base_experiment(method=method, blast_radius={"percent": 25})
+        decision = evaluate_document(doc, Policy(), store, None)
+        assert [v.rule for v in decision.violations] == ["approval.required"], method
+        assert "earn" in decision.violations[0].message
+
+
+def test_exposure_of_another_family_counts_for_the_same_target(store: Store) -> None:
+    record_exposure(store, REDIS_TARGET, "timeout", 0, family="some-other-experiment")
+    doc = fault_experiment(blast_radius={"percent": 25}, title="A new title, a new family")
+    assert evaluate_document(doc, Policy(), store, None).allowed
+
+
+def test_greens_to_advance_counts_green_exposures_at_the_stage(store: Store) -> None:
+    policy = Policy(blast_radius=BlastRadiusRules(greens_to_advance=3))
+    doc = fault_experiment(blast_radius={"percent": 25})
+    record_exposure(store, REDIS_TARGET, "timeout", 0)
+    record_exposure(store, REDIS_TARGET, "timeout", 0)
+    v = evaluate_document(doc, policy, store, None).violations[0]
+    assert "lacks 1 green run(s) that really injected it at stage 0" in v.message and "2 of 3" in v.message
+    record_exposure(store, REDIS_TARGET, "timeout", 0)
+    assert evaluate_document(doc, policy, store, None).allowed
+
+
+def test_stage_needing_approval_by_policy(store: Store) -> None:
+    record_exposure(store, REDIS_TARGET, "timeout", 0)
+    record_exposure(store, REDIS_TARGET, "timeout", 1)
+    decision = evaluate_document(fault_experiment(blast_radius={"percent": 50}), Policy(), store, None)
+    assert decision.stage == 2 and decision.allowed_stage == 2
+    assert [v.rule for v in decision.violations] == ["approval.required"]
+    assert "needs approval by policy" in decision.violations[0].message
 
 
 def test_family_is_stable_across_edits_and_explicit_family_wins() -> None:
@@ -206,15 +270,6 @@ def test_family_is_stable_across_edits_and_explicit_family_wins() -> None:
     assert experiment_family(a) == experiment_family(b) == FAMILY
     assert content_hash(a) != content_hash(b)
     assert experiment_family(base_experiment(family="Payments: DB")) == "payments-db"
-
-
-def test_stage_needing_approval_by_policy(store: Store) -> None:
-    record_run(store, FAMILY, 0)
-    record_run(store, FAMILY, 1)
-    decision = evaluate(base_experiment(blast_radius={"percent": 50}), policy=Policy(), store=store)
-    assert decision.stage == 2 and decision.allowed_stage == 2
-    assert [v.rule for v in decision.violations] == ["approval.required"]
-    assert "needs approval by policy" in decision.violations[0].message
 
 
 def test_targets_without_radius_are_refused() -> None:
@@ -229,9 +284,8 @@ def test_no_targets_no_radius_is_the_first_stage() -> None:
 
 
 def test_count_stages(tmp_path: Path, store: Store) -> None:
-    path = tmp_path / "p.yaml"
-    path.write_text("blast_radius: {stages: [{count: 1}, {count: 3}, {count: 10}]}\n")
-    pol = load_policy(path)
+    use_lab_policy("blast_radius: {stages: [{count: 1}, {count: 3}, {count: 10}]}\n")
+    pol = load_policy()
     assert evaluate(base_experiment(blast_radius={"count": 1}), policy=pol, store=store).allowed
     d = evaluate(base_experiment(blast_radius={"count": 2}), policy=pol, store=store)
     assert d.stage == 1 and not d.allowed

@@ -86,6 +86,22 @@ CORE_MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        # what each run really injected, per target and fault kind: the staged blast radius reads it
+        # (core.exposure). `green` is 0/1, not a boolean: old ClickHouse servers have no boolean literals
+        "core-002",
+        [
+            """CREATE TABLE IF NOT EXISTS exposures (
+                run_id VARCHAR,
+                seq INTEGER,
+                target VARCHAR,
+                fault_kind VARCHAR,
+                stage INTEGER,
+                green INTEGER,
+                started_at TIMESTAMPTZ
+            )""",
+        ],
+    ),
 ]
 
 # One row per finished run with the figures the evidence service scores and trends on, derived from the journal
@@ -124,6 +140,7 @@ EVIDENCE_MIGRATIONS: list[Migration] = [
 # ClickHouse sorting keys for tables without a primary key whose rows are still re-written per run.
 CLICKHOUSE_ORDER_KEYS: dict[str, tuple[str, ...]] = {
     "activities": ("run_id", "seq"),
+    "exposures": ("run_id", "seq"),
 }
 
 _TYPES = {

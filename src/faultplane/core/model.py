@@ -325,6 +325,9 @@ class Journal(BaseModel):
     run: list[ActivityRun] = Field(default_factory=list)
     rollbacks: list[ActivityRun] = Field(default_factory=list)
     reverts: list[dict[str, Any]] = Field(default_factory=list)
+    # faults the engine saw applied (a lease taken, or an output naming what was hit): the staged blast
+    # radius is earned from these, never from what the experiment says about itself (core.exposure)
+    injections: list[dict[str, Any]] = Field(default_factory=list)
     gates: dict[str, Any] = Field(default_factory=lambda: {"samples": [], "breach": None})
     load: dict[str, Any] | None = None
     policy: dict[str, Any] | None = None

@@ -189,6 +189,13 @@ class BlastRadiusRules(_Strict):
         default=True, description="an experiment with `targets:` must declare blast_radius"
     )
     greens_before_advice: int = Field(default=3, ge=1, description="the 'three greens' rule")
+    greens_to_advance: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="green runs that really injected a fault kind into a target at a stage before the next "
+        "stage is earned for that target and kind",
+    )
 
 
 class ApprovalRules(_Strict):
@@ -282,14 +289,15 @@ def load_policy(
     return policy_in_force(path, start=start)
 
 
-def load_policy_file(chosen: Path) -> Policy:
-    """One policy file, validated (with `extend_defaults`, its forbidden rules add to the built-in ones)."""
+def load_policy_file(chosen: Path, text: str | None = None) -> Policy:
+    """One policy file, validated (with `extend_defaults`, its forbidden rules add to the built-in ones).
+    `text`: the file's content already read (a signed file is parsed from the very bytes that were verified)."""
     from faultplane.core.hostile import HostileInput, parse_guarded, read_text_limited
 
     try:
-        data = (
-            parse_guarded(load_yaml, read_text_limited(chosen, "policy file"), f"policy file {chosen}") or {}
-        )
+        if text is None:
+            text = read_text_limited(chosen, "policy file")
+        data = parse_guarded(load_yaml, text, f"policy file {chosen}") or {}
     except HostileInput as exc:
         raise PolicyError(str(exc)) from None
     except OSError as exc:
@@ -993,14 +1001,27 @@ _UNREACHABLE_FIX = (
 )
 
 
-def _never_trips(sli: str, op: str, threshold: float) -> str | None:
-    """Why a gate's predicate can never be true for this SLI (every built-in SLI is >= 0; fractions <= 1)."""
+def _never_trips(sli: str, op: str, threshold: float, *, percent: bool = False) -> str | None:
+    """Why a gate's predicate can never be true for this SLI (every built-in SLI is >= 0; fractions <= 1; a
+    threshold written as a percentage is a share, 0 %..100 %, whatever measures it)."""
+    shown = f"{threshold * 100:g}%" if percent else f"{threshold:g}"
+    if percent and (
+        (op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)))
+        or (op in ("<", "<=") and (threshold < 0 or (op == "<" and threshold == 0)))
+        or (op == "==" and not 0 <= threshold <= 1)
+    ):
+        return f"a percentage lies between 0% and 100%, so `{sli} {op} {shown}` can never trip"
     if sli in ("probe", "prometheus"):
-        return None  # their values are the author's; only the fraction and sign rules below are known
+        return None  # their values are the author's; only the share rule above is known (and the baseline)
     if op in ("<", "<=") and (threshold < 0 or (op == "<" and threshold == 0)):
-        return f"{sli} is never below {threshold:g}, so `{sli} {op} {threshold:g}` can never trip"
-    if sli in _FRACTION_SLIS and op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)):
-        return f"{sli} is a fraction, never above 1, so `{sli} {op} {threshold:g}` can never trip"
+        return f"{sli} is never below {shown}, so `{sli} {op} {shown}` can never trip"
+    if op == "==" and threshold < 0:
+        return f"{sli} is never negative, so `{sli} {op} {shown}` can never trip"
+    if sli in _FRACTION_SLIS and (
+        (op in (">", ">=") and (threshold > 1 or (op == ">" and threshold == 1)))
+        or (op == "==" and threshold > 1)
+    ):
+        return f"{sli} is a fraction, never above 1, so `{sli} {op} {shown}` can never trip"
     return None
 
 
@@ -1050,7 +1071,7 @@ def check_gates(raw: Mapping[str, Any], rules: GateRules) -> list[Violation]:
                 )
             )
             continue
-        never = _never_trips(spec.sli, pred.op, pred.threshold)
+        never = _never_trips(spec.sli, pred.op, pred.threshold, percent="%" in spec.rollback_on)
         if never is not None:
             out.append(Violation("gates.unreachable", f"{where}.rollback_on", never, _UNREACHABLE_FIX))
             continue
@@ -1192,6 +1213,81 @@ def advice_after_run(
     if n < policy.blast_radius.greens_before_advice:
         return []
     return [three_greens_advice(stage, n, policy, fault_types=fault_types)]
+
+
+def _exposures(store: Store | None, targets: Sequence[str]) -> list[dict[str, Any]]:
+    """Exposure rows of these targets, newest first, from the database itself (a guardrail never rests on a
+    cache). A store that cannot answer shows no exposure: the stage is then not earned."""
+    if store is None or not targets:
+        return []
+    if getattr(store, "dialect", "duckdb") == "duckdb":
+        if store.has_pending():
+            store.flush()
+        if not store.path.exists():
+            return []
+    final = " FINAL" if getattr(store, "dialect", "duckdb") == "clickhouse" else ""
+    marks = ", ".join("?" for _ in targets)
+    try:
+        return store.query(
+            f"SELECT target, fault_kind, stage, green, started_at FROM exposures{final} "
+            f"WHERE target IN ({marks}) ORDER BY started_at DESC NULLS LAST, run_id DESC LIMIT 5000",
+            list(targets),
+        )
+    except Exception:
+        return []
+
+
+def _earned_stage(
+    raw: Mapping[str, Any],
+    stage: int | None,
+    policy: Policy,
+    store: Store | None,
+    fault_type_of: Callable[[str, str], str | None] | None,
+    *,
+    report_next_stage: bool = False,
+) -> tuple[int, list[str]]:
+    """(the highest stage this experiment has earned, why each of its faults lacks the requested stage).
+
+    The lowest over the faults its method injects: each (target, kind) climbs on its own exposures. A method
+    that injects no fault the journal could show (a no-op, a shell command) earns nothing past stage 0."""
+    from faultplane.core.exposure import earned, planned_exposures
+
+    if not report_next_stage and (stage is None or stage <= 0):
+        return 0, []  # stage 0 needs no history: a run at stage 0 does not open the database for it
+    planned = planned_exposures(raw, fault_type_of)
+    if not planned:
+        return 0, [
+            "the method injects no fault a journal can show (a driver action that applies a fault), so no "
+            "run of it earns a stage"
+        ]
+    need = policy.blast_radius.greens_to_advance
+    rows = _exposures(store, sorted({t for t, _k, _n in planned if t != "opaque"}))
+    allowed: int | None = None
+    why: list[str] = []
+    for target, kind, name in dict.fromkeys(planned):
+        if target == "opaque":
+            allowed = 0
+            why.append(
+                f"activity {name!r} looks like a {kind} fault but is not a driver action, so no run can show it "
+                "applied: it earns no stage past 0"
+            )
+            continue
+        mine = [r for r in rows if r.get("target") == target and r.get("fault_kind") == kind]
+        ok, last, n = earned(mine, need)
+        allowed = ok if allowed is None else min(allowed, ok)
+        if stage is not None and stage > ok:
+            # the missing step is the stage it has earned: that is where the green runs must come from
+            have = n if last == ok else 0
+            history = (
+                "no green run has injected it yet"
+                if last is None
+                else f"its newest green exposure is at stage {last}"
+            )
+            why.append(
+                f"target {target!r} / fault kind {kind!r} lacks {need - have} green run(s) that really "
+                f"injected it at stage {ok} ({history}; {have} of {need} needed)"
+            )
+    return (allowed or 0), why
 
 
 def _stage_of(raw: Mapping[str, Any], policy: Policy) -> tuple[int | None, list[Violation]]:
@@ -1408,6 +1504,7 @@ def evaluate(
     family: str | None = None,
     approval_hash: str | None = None,
     secret_values: Sequence[str] = (),
+    report_next_stage: bool = False,
 ) -> PolicyDecision:
     """Decide whether this experiment may run now. Never raises on a malformed experiment: refuses it.
 
@@ -1439,21 +1536,19 @@ def evaluate(
     radius = effective_radius(raw, stage, policy)
     violations += _radius_violations(raw, stage, radius, targets_of)
 
-    # the stage after the LAST green run of the family (newest first), not after the highest ever: a family
-    # that went back to a smaller radius climbs again from there
-    history = _family_runs(store, family, fresh=stage is not None and stage > 0)
-    last_green = next((r for r in history if _is_green(r) and r.get("blast_stage") is not None), None)
-    allowed_stage = int(last_green["blast_stage"]) + 1 if last_green is not None else 0
+    # a stage is earned per target and fault kind by green runs that really injected that kind there at the
+    # stage before (core.exposure), never by the experiment's title or family: both are the author's labels
+    allowed_stage, unearned = _earned_stage(
+        raw, stage, policy, store, fault_type_of, report_next_stage=report_next_stage
+    )
 
     kinds, actions = _fault_types(raw, fault_type_of)
     reasons: list[str] = []
     if stage is not None:
         if stage > allowed_stage:
-            last = (
-                "no green run yet" if allowed_stage == 0 else f"the last green stage is {allowed_stage - 1}"
-            )
             reasons.append(
-                f"skips a stage: runs at stage {stage} but {last}, so only stage {allowed_stage} is next"
+                f"skips a stage: runs at stage {stage} but only stage {allowed_stage} is earned: "
+                + "; ".join(unearned)
             )
         if stage >= len(stages):
             reasons.append(f"runs beyond the last stage ({stages[-1].describe()})")

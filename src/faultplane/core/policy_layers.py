@@ -5,15 +5,21 @@ Layers, all of which apply at once (none replaces another):
 - the user's policy: `$XDG_CONFIG_HOME/faultplane/policy.yaml` (default `~/.config/faultplane/policy.yaml`);
 - every `faultplane.policy.yaml` from the starting folder up to the filesystem root: a nested folder with its
   own `.git` is still inside the project above it, so it cannot shed that project's policy;
-- `--policy` or `$FAULTPLANE_POLICY`: one more layer.
+- `--policy` or `$FAULTPLANE_POLICY`: one more layer, which only tightens what would be in force without it
+  (with no other file, the strict built-in default), so swapping it in loosens nothing.
 
-Combining takes the stricter value of every field, so any file can tighten and none can loosen. Loosening
-(dropping the floor, or relaxing a rule another layer sets) needs a signed approval: `loosening_approved` is
-the hook point where such an approval will be verified; until then it refuses, and the stricter value holds.
+Combining takes the stricter value of every field, so any file can tighten and none can loosen. A project file
+or an explicit file *may* loosen when it carries a signed approval: a sidecar `<file>.sig` holding an `fpa2`
+token for purpose `policy` over the sha256 of the file's exact bytes, signed by a key the **user's** policy
+lists in `approval.trusted_keys` (a file cannot vouch for itself, and an MCP session's in-memory key never
+counts). A signed file then stands in for the user's policy and the layers it would be combined with; the floor
+still applies to it, and unsigned files still tighten it. A signature that does not verify (another key, other
+bytes, expired) approves nothing: the strict combination holds and the policy's source says why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,7 +37,19 @@ from faultplane.core.policy import (
     load_policy_file,
 )
 
-__all__ = ["combine", "loosening_approved", "policy_in_force", "project_policy_files", "user_policy_path"]
+__all__ = [
+    "SIGNATURE_SUFFIX",
+    "combine",
+    "loosening_approved",
+    "policy_file_hash",
+    "policy_in_force",
+    "project_policy_files",
+    "signature_path",
+    "user_policy_path",
+]
+
+SIGNATURE_SUFFIX = ".sig"
+_MAX_SIGNATURE_BYTES = 16_384
 
 _USER_POLICY_NAMES = ("policy.yaml", "policy.yml")
 _FLOOR_SOURCE = "built-in floor"
@@ -63,10 +81,59 @@ def project_policy_files(start: Path) -> tuple[list[Path], list[Path]]:
     return inside, above
 
 
-def loosening_approved(policy_file: Path, what: str) -> bool:
-    """Hook point for a signed approval of a policy that loosens another layer (core/approval.py will verify
-    an Ed25519 signature over the file here). Until then no loosening is approved: the stricter value holds."""
-    return False
+def policy_file_hash(data: bytes) -> str:
+    """What a loosening approval signs: the sha256 of the policy file's exact bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def signature_path(policy_file: Path) -> Path:
+    return policy_file.with_name(policy_file.name + SIGNATURE_SUFFIX)
+
+
+def loosening_approved(
+    policy_file: Path, trusted_keys: Sequence[str], data: bytes | None = None
+) -> tuple[str | None, str | None]:
+    """(approver, None) when `policy_file` carries a signed approval (its `.sig` sidecar: a purpose-`policy`
+    token over the sha256 of `data`, the file's bytes) by one of `trusted_keys`; (None, why) when a signature
+    is there but does not verify; (None, None) when there is none."""
+    from faultplane.core import approval as approvals
+
+    sig = signature_path(policy_file)
+    if not sig.is_file():
+        return None, None
+    try:
+        if sig.stat().st_size > _MAX_SIGNATURE_BYTES:
+            return None, f"{sig.name} is larger than a signature"
+        token = sig.read_text(encoding="utf-8").strip()
+        if data is None:
+            data = policy_file.read_bytes()
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{sig.name} cannot be read: {exc}"
+    if not trusted_keys:
+        return None, "the user's policy trusts no approver key, and only it can approve a loosening"
+    # an MCP session lends its in-memory key to experiment approvals only: never to a policy
+    lent = approvals._SESSION_KEYS.set(())
+    try:
+        return approvals.verify_signed(policy_file_hash(data), token, trusted_keys, purpose="policy"), None
+    except approvals.ApprovalError as exc:
+        return None, str(exc)
+    finally:
+        approvals._SESSION_KEYS.reset(lent)
+
+
+def _read_layer(path: Path, trusted: Sequence[str]) -> tuple[Policy, str | None, str | None]:
+    """(the file's policy, its approver if a signed loosening, why a signature there did not verify). The
+    policy is parsed from the very bytes whose hash was verified."""
+    from faultplane.core.hostile import HostileInput, read_text_limited
+
+    try:
+        text = read_text_limited(path, "policy file")
+    except HostileInput as exc:
+        raise PolicyError(str(exc)) from None
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    approver, why = loosening_approved(path, trusted, text.encode("utf-8"))
+    return load_policy_file(path, text), approver, why
 
 
 def policy_in_force(
@@ -79,27 +146,54 @@ def policy_in_force(
         explicit = Path(os.environ["FAULTPLANE_POLICY"]).expanduser()
     if explicit is not None and not explicit.is_file():
         raise PolicyError(f"policy file {explicit} does not exist (set by --policy or FAULTPLANE_POLICY)")
-    files: list[Path] = []
     user = user_policy_path()
-    if user is not None:
-        files.append(user)
     inside, above = project_policy_files(Path(start or Path.cwd()).resolve())
-    files += inside
-    if explicit is not None:
-        files.append(explicit)
-    unique: list[Path] = []
-    for f in [*files, *above]:
-        if all(not _same(f, u) for u in unique):
-            unique.append(f)
-    if not unique:
+    seen: list[Path] = []
+
+    def fresh(files: Iterable[Path]) -> list[Path]:
+        out = []
+        for f in files:
+            if all(not _same(f, u) for u in seen):
+                seen.append(f)
+                out.append(f)
+        return out
+
+    user_files = fresh([user] if user is not None else [])
+    project = fresh(inside)
+    explicit_files = fresh([explicit] if explicit is not None else [])
+    outer_files = fresh(above)
+    if not seen:
         return Policy.strict_default()
-    layers = [load_policy_file(f) for f in unique if f not in above]
-    outer = [load_policy_file(f) for f in unique if f in above]
+    user_layer = load_policy_file(user_files[0]) if user_files else None
+    # only the person's own policy may name who approves a loosening: never the file being approved
+    trusted = list(user_layer.approval.trusted_keys) if user_layer is not None else []
+    notes: list[str] = []
+    labels = {str(f): str(f) for f in seen}
+    signed: list[Policy] = []
+    plain: list[Policy] = []
+    for f in [*project, *explicit_files]:
+        layer, approver, why = _read_layer(f, trusted)
+        if approver is not None:
+            labels[str(f)] = f"{f} (loosening signed by {approver})"
+            signed.append(layer)
+        else:
+            plain.append(layer)
+            if why:
+                notes.append(f"signature on {f.name} not accepted: {why}")
+    outer = [load_policy_file(f) for f in outer_files]
+    if signed:
+        # the signed files stand in for the user's policy; unsigned files still only tighten them
+        layers = [*signed, *plain]
+    else:
+        layers = [*([user_layer] if user_layer is not None else []), *plain]
+        if explicit_files and not user_files and not project:
+            # an explicit file alone is judged against what holds without it: the strict built-in default
+            layers.append(Policy.strict_default())
     if outer:
         layers += [*outer, Policy.strict_default()]
     needs_floor = len(layers) > 1 or _below_floor(layers[0])
     combined = combine([*layers, _floor()]) if needs_floor else layers[0]
-    combined.source = " + ".join(str(f) for f in unique)
+    combined.source = " + ".join(labels.values()) + (f" ({'; '.join(notes)})" if notes else "")
     return combined
 
 
@@ -183,7 +277,8 @@ def combine(policies: Sequence[Policy]) -> Policy:
         min_gates=max(g.min_gates for g in gs),
         require_window=any(g.require_window for g in gs),
     )
-    bs = [p.blast_radius for p in policies]
+    # the floor has no opinion on stages (its one huge stage would otherwise cut every list to one stage)
+    bs = [p.blast_radius for p in policies if p.source != _FLOOR_SOURCE] or [p.blast_radius for p in policies]
     n = min(len(b.stages) for b in bs)
     stages = []
     for i in range(n):
@@ -194,6 +289,7 @@ def combine(policies: Sequence[Policy]) -> Policy:
         stages=stages,
         require_declared=any(b.require_declared for b in bs),
         greens_before_advice=min(b.greens_before_advice for b in bs),
+        greens_to_advance=max(b.greens_to_advance for b in bs),
     )
     aps = [p.approval for p in policies]
     min_stages = [a.min_stage for a in aps if a.min_stage is not None]
@@ -202,6 +298,9 @@ def combine(policies: Sequence[Policy]) -> Policy:
         fault_types=_union(a.fault_types for a in aps),
         actions=_union(a.actions for a in aps),
         ttl_hours=min(a.ttl_hours for a in aps),
+        # a key is trusted only when every layer that names keys names it: a file cannot add an approver
+        trusted_keys=_intersection([a.trusted_keys for a in aps if a.trusted_keys]),
+        elicitation=_intersection([a.elicitation for a in aps]),
     )
     extra = {}
     inventories = [getattr(p, "inventory", None) for p in policies]

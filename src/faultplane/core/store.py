@@ -397,7 +397,29 @@ def _write_journal_rows(
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
+    _write_exposures(con, j, blast_stage)
     record_run(store_path, j, blast_stage)
+
+
+def _write_exposures(con: duckdb.DuckDBPyConnection, j: Any, blast_stage: int | None) -> None:
+    """The run's exposure rows (core.exposure), after its own rows are safe: bookkeeping that fails costs
+    the stage this run would have earned, never the run's record."""
+    from faultplane.core.exposure import exposure_rows
+
+    try:
+        rows = exposure_rows(j, blast_stage)
+        con.execute("DELETE FROM exposures WHERE run_id = ?", [j.run_id])
+        if rows:
+            con.executemany(
+                "INSERT INTO exposures (run_id, seq, target, fault_kind, stage, green, started_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [[r[k] for k in _EXPOSURE_COLUMNS] for r in rows],
+            )
+    except Exception as exc:
+        _log.warning("run %s: exposure rows not written (%s): its stage is not earned", j.run_id, exc)
+
+
+_EXPOSURE_COLUMNS = ("run_id", "seq", "target", "fault_kind", "stage", "green", "started_at")
 
 
 def _write_rows(

@@ -411,6 +411,10 @@ class ClickHouseStore:
         version = time.time_ns()
         for table in ("runs", "activities", "journals"):
             self.insert(table, tables[table], version=version)
+        try:
+            self.insert("exposures", tables["exposures"], version=version)
+        except Exception as exc:  # bookkeeping: costs the stage this run would earn, never its record
+            _log.warning("run %s: exposure rows not written (%s)", tables["runs"][0]["run_id"], exc)
 
     # ---- finished runs, queued -----------------------------------------------------------------------------
     def queue_journal(
@@ -569,4 +573,7 @@ def journal_rows(
     if body is None:
         body = json.dumps(j, ensure_ascii=False)
     journals = [{"run_id": run_id, "written_at": dt.datetime.now(dt.UTC), "body": body}]
-    return {"runs": runs, "activities": activities, "journals": journals}
+    from faultplane.core.exposure import exposure_rows
+
+    exposures = [{**r, "started_at": _ts(r["started_at"])} for r in exposure_rows(j, blast_stage)]
+    return {"runs": runs, "activities": activities, "journals": journals, "exposures": exposures}

@@ -82,11 +82,15 @@ class ActivityContext:
     secret_values: list[str] = field(default_factory=list)
     # Set by the engine while nothing else shares its loop: blocking python functions may then run inline.
     inline: bool = False
+    # reverts registered and not withdrawn: the engine reads the change across one action as the evidence
+    # that the action applied a fault (core.exposure)
+    applied: int = 0
 
     def on_revert(self, fn: RevertFn, *, label: str, lease_id: str | None = None) -> RevertEntry:
         """Register how to undo a change. Call it before applying the change."""
         entry = RevertEntry(label=label, fn=fn, lease_id=lease_id)
         self.reverts.append(entry)
+        self.applied += 1
         return entry
 
     async def revert_all(self) -> list[tuple[str, BaseException | None]]:

@@ -405,6 +405,7 @@ def withdraw(ctx: ActivityContext, entry: RevertEntry) -> None:
     no revert runs, and its lease is dropped so no watchdog retries undoing nothing."""
     with contextlib.suppress(ValueError):
         ctx.reverts.remove(entry)
+        ctx.applied -= 1  # nothing was applied after all: this action shows no injection
     if entry.lease_id is not None:
         release_lease(entry.lease_id)
 

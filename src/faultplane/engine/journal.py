@@ -64,10 +64,14 @@ def _apply(journal: Journal, event: dict[str, Any]) -> None:
         journal.phases.append({"phase": event["phase"], "at": event["at"]})
     elif kind == "gate_sample":
         journal.gates["samples"].append(event["sample"])
+    elif kind == "gate_baseline":
+        journal.gates.setdefault("baseline", []).append(event["sample"])
     elif kind == "gate_breach":
         journal.gates["breach"] = event["breach"]
     elif kind == "revert":
         journal.reverts.append(event["revert"])
+    elif kind == "injection":
+        journal.injections.append(event["injection"])
     elif kind == "policy":
         journal.policy = event["policy"]
     elif kind == "load":

@@ -338,6 +338,7 @@ class _Runner:
         if activity.pauses and activity.pauses.before and not self.dry_run:
             await anyio.sleep(activity.pauses.before)
         refused = None
+        applied_before = self.ctx.applied
         if not self.dry_run and self.policy is not None:
             from faultplane.engine.choke import refusal
 
@@ -362,6 +363,8 @@ class _Runner:
             except Exception as exc:  # a bug in a provider fails the activity, never the run's bookkeeping
                 status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         end = now()
+        if status == "succeeded" and section == "method" and not self.dry_run:
+            self._record_injection(activity, output, self.ctx.applied - applied_before)
         # built from values the engine made itself: validating them again costs more than a quick probe
         run = ActivityRun.model_construct(
             activity=self._activity_dict(activity),
@@ -379,6 +382,37 @@ class _Runner:
         if activity.pauses and activity.pauses.after and not self.dry_run:
             await anyio.sleep(activity.pauses.after)
         return run
+
+    def _record_injection(self, activity: Activity, output: Any, leases: int) -> None:
+        """Journal the fault this method action really applied (core.exposure): a driver action whose catalog
+        names a fault kind, that registered a revert it kept or whose output names what it hit. Bookkeeping:
+        it never fails the run."""
+        try:
+            from faultplane.core.exposure import affected_count, target_identity
+
+            prov = self._activity_dict(activity).get("provider") or {}
+            if prov.get("type") != "driver":
+                return
+            kind = _fault_type_of(str(prov.get("driver")), str(prov.get("name")))
+            affected = affected_count(output)
+            if not kind or (leases <= 0 and affected <= 0):
+                return
+            self.writer.emit(
+                {
+                    "event": "injection",
+                    "injection": {
+                        "activity": activity.name,
+                        "action": f"{prov.get('driver')}.{prov.get('name')}",
+                        "fault_kind": kind,
+                        "target": target_identity(str(prov.get("driver")), prov.get("arguments") or {}),
+                        "leases": max(leases, 0),
+                        "affected": affected,
+                        "at": now().isoformat(),
+                    },
+                }
+            )
+        except Exception as exc:  # a record that cannot be made costs the stage it would earn, not the run
+            self.writer.journal.warnings.append(f"injection record not written: {type(exc).__name__}: {exc}")
 
     def _activity_dict(self, activity: Activity) -> dict[str, Any]:
         # an activity is dumped once per run, not once per execution (a method may repeat it via `ref`)
@@ -551,6 +585,49 @@ class _Runner:
         monitor = GateMonitor(self.exp.slo_gates, sources, on_sample)
         await monitor.run(abort)
 
+    async def _baseline_gates(self) -> str | None:
+        """Read every probe and Prometheus gate once during the baseline, before any fault: a gate whose
+        source gives no number now would never trip under the fault (or, by `on_missing: breach`, would
+        abort only after the fault is in), so the run stops here, saying why. Load gates are judged in phase
+        0 (`gates.source`): their figures need traffic in the window first."""
+        import math
+
+        from faultplane.engine.sli import SliError, SliSources
+
+        async def run_probe(spec: dict[str, Any]) -> Any:
+            return await execute_provider(Activity.model_validate(spec), self.ctx)
+
+        sources = SliSources(run_probe=run_probe, load=self.load_figures)
+        for gate in self.exp.slo_gates:
+            if gate.sli not in ("probe", "prometheus"):
+                continue
+            value: float | None = None
+            error: str | None = None
+            try:
+                with anyio.fail_after(gate.sample_timeout):
+                    value = await sources.sample(gate)
+            except TimeoutError:
+                error = f"no reading within {gate.sample_timeout:g}s"
+            except SliError as exc:
+                error = str(exc)
+            except Exception as exc:  # the probe's own failure: the gate cannot see
+                error = f"{type(exc).__name__}: {exc}"
+            if value is not None and not math.isfinite(value):
+                value, error = None, f"reading {value!r} is not finite"
+            self.writer.emit(
+                {
+                    "event": "gate_baseline",
+                    "sample": {"gate": gate.name, "sli": gate.sli, "value": value, "error": error},
+                }
+            )
+            if error is not None:
+                return (
+                    f"gate {gate.name!r} cannot trip: during the baseline its {gate.sli} gave no number "
+                    f"({error}); no fault was injected. Make the gate's source answer a number (check the "
+                    "probe, its `value_path`, or the query) and run again"
+                )
+        return None
+
     # ---- the run ----------------------------------------------------------------------------------------
     async def inject(self) -> None:
         st = self.state
@@ -562,6 +639,12 @@ class _Runner:
                 # Chaos Toolkit: `completed` when a tolerance was merely not met, `failed` when a probe raised
                 st.status = ctk_outcome(self._last_probes) if self.compat else "failed"
                 st.error.append("steady state hypothesis not met before the method: the method was not run")
+                return
+        if self.exp.slo_gates and not self.dry_run:
+            blind = await self._baseline_gates()
+            if blind is not None:
+                st.status = "failed"
+                st.error.append(blind)
                 return
         self.writer.emit({"event": "phase", "phase": "inject", "at": now().isoformat()})
         st.method_started = True

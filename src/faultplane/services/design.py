@@ -697,7 +697,9 @@ def design_experiments(
 
     def build(index: int, fault: _Fault) -> DesignedExperiment:
         doc = _experiment(req, index, fault, blast_for(0), obs)
-        decision = evaluate(doc, policy=policy, store=store, fault_type_of=_fault_type_of)
+        decision = evaluate(
+            doc, policy=policy, store=store, fault_type_of=_fault_type_of, report_next_stage=True
+        )
         bstage = min(max(decision.allowed_stage, 0), ceiling)
         if bstage:
             doc = _experiment(req, index, fault, blast_for(bstage), obs)

@@ -490,7 +490,8 @@ def ingest_journals(store: Any, journals: Iterable[Any], batch: int = 5_000) -> 
         for j in pending:
             body = json.dumps(j, ensure_ascii=False)
             for table, rows in journal_rows(j, body=body).items():
-                tables[table] += rows
+                if table in tables:  # bulk-imported journals earn no stage: `exposures` is the engine's own
+                    tables[table] += rows
             tables["run_metrics"].append(run_metrics_row(j))
         _replace_rows(store, tables)
 
