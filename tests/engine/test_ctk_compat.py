@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from faultplane.core.config import Variables
 from faultplane.core.formats import ExperimentError, load_document
 from faultplane.core.store import Store
 from faultplane.services.ctk import DIFFERENCES, cli_overrides
@@ -35,7 +36,7 @@ COMPAT = Path(__file__).parent / "ctk" / "compat"
 META: dict[str, dict[str, Any]] = yaml.safe_load((COMPAT / "compat.yaml").read_text())
 DOC = Path(__file__).resolve().parents[2] / "docs" / "chaostoolkit.md"
 CHAOS = shutil.which("chaos", path=str(Path(sys.executable).parent)) or shutil.which("chaos")
-ENV = {"FP_CTK_COMPAT_SET": "from-env", "FP_CTK_COMPAT_PORT": "8080"}
+ENV = {"FP_CTK_COMPAT_SET": "from-env", "FP_CTK_COMPAT_PORT": "8080", "FP_CTK_COMPAT_FLAG": "on"}
 
 pytestmark = [
     pytest.mark.skipif(CHAOS is None, reason="chaostoolkit is not installed (the `test` extra installs it)"),
@@ -96,6 +97,18 @@ def _vars(name: str, workdir: Path, base_url: str) -> dict[str, str]:
 
 def _args(name: str) -> list[str]:
     return [a.replace("{here}", str(COMPAT)) for a in META[name].get("args", [])]
+
+
+def _variables(name: str, workdir: Path, base_url: str) -> Variables:
+    """The test's own values, then the corpus entry's flags over them (their var files' secrets kept)."""
+    given, _ = cli_overrides(_args(name))
+    merged = Variables(_vars(name, workdir, base_url), secrets=given.secrets)
+    merged.update(given)
+    return merged
+
+
+def _order(name: str) -> int:
+    return int(name.split("-", 1)[0])
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -161,12 +174,18 @@ def _chaos_run(name: str, base_url: str, root: Path) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def ctk_outcomes(compat_http: str) -> Iterator[dict[str, Outcome]]:
-    """Every `chaos run` of the corpus, four at a time: each is a ~0.3 s process of its own."""
+def ctk_outcomes(compat_http: str, request: pytest.FixtureRequest) -> Iterator[dict[str, Outcome]]:
+    """The `chaos run` of each experiment this session runs (all, or those `-k` selects), four at a time:
+    each is a ~0.3 s process of its own."""
+    selected = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.module is request.module and "name" in getattr(getattr(item, "callspec", None), "params", {})
+    }
     root = Path(tempfile.mkdtemp(prefix="ctk-compat-"))
     try:
         with ThreadPoolExecutor(4) as pool:
-            futures = {n: pool.submit(_chaos_run, n, compat_http, root) for n in sorted(META)}
+            futures = {n: pool.submit(_chaos_run, n, compat_http, root) for n in sorted(selected)}
             yield {n: f.result() for n, f in futures.items()}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -177,8 +196,8 @@ async def _faultplane_run(
 ) -> tuple[Outcome, dict[str, Any] | None]:
     workdir = root / ("compat" if ctk_compat else "default")
     workdir.mkdir(parents=True)
-    variables, runtime = cli_overrides(_args(name))
-    variables = {**_vars(name, workdir, base_url), **variables}
+    _, runtime = cli_overrides(_args(name))
+    variables = _variables(name, workdir, base_url)
     try:
         result = await run_experiment(
             COMPAT / name, variables=variables, store=store, runtime=runtime, ctk_compat=ctk_compat
@@ -228,9 +247,7 @@ async def test_same_outcome_as_chaos_run(
             f"{name}: Faultplane {default} != chaos run {ctk}, and no difference is declared"
         )
     # validate predicts the run: it passes exactly what then runs, in either mode
-    report = validate_experiment(
-        COMPAT / name, variables={**_vars(name, tmp_path, compat_http), **cli_overrides(_args(name))[0]}
-    )
+    report = validate_experiment(COMPAT / name, variables=_variables(name, tmp_path, compat_http))
     assert report.valid == (default.status != "invalid"), report.errors
     _RESULTS[name] = (ctk, default, compat)
 
@@ -243,7 +260,7 @@ def test_docs_table_is_current() -> None:
 
     rows = [
         (name, META[name]["source"], *(o.cell() for o in _RESULTS[name]), META[name].get("differences", []))
-        for name in sorted(META)
+        for name in sorted(META, key=_order)
     ]
     text = DOC.read_text(encoding="utf-8")
     fresh = _section(text, "differences", render_differences())

@@ -145,16 +145,16 @@ def _var_names(var: list[str] | None) -> list[str]:
 
 
 def _variables(var: list[str] | None, var_file: list[Path] | Path | None) -> dict[str, Any]:
-    from faultplane.core.config import load_var_file, parse_var
+    from faultplane.core.config import Variables, load_var_file, parse_var
 
     files = [var_file] if isinstance(var_file, Path) else var_file or []
-    values: dict[str, Any] = {}
+    values = Variables()
     for f in files:  # later files override earlier ones, and --var overrides them all
         loaded = load_var_file(f)
         if f.suffix == ".env":
             # as `chaos run` does: a .env file sets environment variables, which `type: env` entries read
             os.environ.update({k: str(v) for k, v in loaded.items()})
-        values.update(loaded)
+        values.merge(loaded)
     for item in var or []:
         k, v = parse_var(item)
         values[k] = v

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from faultplane.core.config import Variables
+
 __all__ = [
     "DIFFERENCES",
     "apply_runtime",
@@ -85,12 +87,12 @@ _FLAGS_WITH_VALUE = {
 }
 
 
-def cli_overrides(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
     """`chaos run`'s flags (`--var`, `--var-file`, `--rollback-strategy`, `--hypothesis-strategy`,
     `--hypothesis-frequency`, `--fail-fast`) as (variables, runtime overrides)."""
     from faultplane.core.config import load_var_file, parse_var
 
-    variables: dict[str, Any] = {}
+    variables = Variables()
     runtime: dict[str, Any] = {}
     it = iter(args)
     for flag in it:
@@ -99,7 +101,7 @@ def cli_overrides(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             k, v = parse_var(value)
             variables[k] = v
         elif flag == "--var-file" and value is not None:
-            variables.update(load_var_file(value))
+            variables.merge(load_var_file(value))
         elif flag == "--fail-fast":
             runtime.setdefault("hypothesis", {})["fail_fast"] = True
         elif value is not None:
