@@ -82,11 +82,14 @@ class Resolved:
         configuration: dict[str, Any],
         secrets: dict[str, Any],
         secret_values: list[str],
+        dynamic: list[str] | None = None,
     ) -> None:
         self.document = document
         self.configuration = configuration
         self.secrets = secrets
         self.secret_values = secret_values
+        # configuration keys whose value a probe gives when the run starts (chaoslib's dynamic configuration)
+        self.dynamic = dynamic or []
 
 
 def parse_var(text: str) -> tuple[str, Any]:
@@ -240,6 +243,7 @@ def _substitute(
     issues: list[ValidationIssue],
     keep: bool = False,
     used: set[str] | None = None,
+    deferred: Collection[str] = (),
 ) -> Any:
     if isinstance(node, str):
         if used is not None and "${" in node:
@@ -249,23 +253,25 @@ def _substitute(
             name = whole.group(1)
             if name in values:
                 return values[name]
-            if not keep:
+            if not keep and name not in deferred:
                 issues.append(_unknown(name, where))
             return node
 
         def repl(m: re.Match[str]) -> str:
             if m.group(1) in values:
                 return str(values[m.group(1)])
-            if not keep:
+            if not keep and m.group(1) not in deferred:
                 issues.append(_unknown(m.group(1), where))
             return m.group(0)
 
         return _VAR.sub(repl, node)
     if isinstance(node, list):
-        return [_substitute(v, values, f"{where}[{i}]", issues, keep, used) for i, v in enumerate(node)]
+        return [
+            _substitute(v, values, f"{where}[{i}]", issues, keep, used, deferred) for i, v in enumerate(node)
+        ]
     if isinstance(node, dict):
         return {
-            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues, keep, used)
+            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues, keep, used, deferred)
             for k, v in node.items()
         }
     return node
@@ -299,7 +305,13 @@ def resolve(
     raw_config = document.get("configuration") or {}
     if not isinstance(raw_config, dict):
         raw_config = {}
+    dynamic: list[str] = []
     for key, value in raw_config.items():
+        if key not in variables and isinstance(value, dict) and value.get("type") == "probe":
+            # chaoslib's dynamic configuration: the probe runs when the run starts (engine/lifecycle.py);
+            # until then `${key}` stays as written
+            dynamic.append(key)
+            continue
         # a var file may give the whole definition (`{type: env, ...}`), which is resolved like the
         # experiment's own (chaoslib's load_configuration swaps it in)
         configuration[key] = _resolve_value(variables.get(key, value), f"configuration.{key}", issues)
@@ -333,7 +345,7 @@ def resolve(
         out[key] = (
             node
             if key in _NOT_SUBSTITUTED or key in _PROSE or not substitute
-            else _substitute(node, values, key, issues, keep_unknown, used)
+            else _substitute(node, values, key, issues, keep_unknown, used, dynamic)
         )
     if strict and not keep_unknown:
         secret_keys = {k for entries in secrets.values() for k in entries}
@@ -350,7 +362,7 @@ def resolve(
             )
     if issues:
         raise ExperimentError(issues)
-    return Resolved(out, configuration, secrets, secret_values)
+    return Resolved(out, configuration, secrets, secret_values, dynamic)
 
 
 def mask_secrets(data: Any, secret_values: list[str]) -> Any:
