@@ -28,6 +28,7 @@ import yaml
 from faultplane.core.config import Variables
 from faultplane.core.formats import ExperimentError, load_document
 from faultplane.core.store import Store
+from faultplane.engine.controls import GlobalControls, load_global_controls
 from faultplane.services.ctk import DIFFERENCES, cli_overrides
 from faultplane.services.experiments import run_experiment, validate_experiment
 from faultplane.services.runs import load_journal
@@ -107,6 +108,14 @@ def _variables(name: str, workdir: Path, base_url: str) -> Variables:
     return merged
 
 
+def _global_controls(name: str) -> GlobalControls:
+    """The corpus entry's `--control-file` flags and `settings` file, loaded as `chaos run` loads them."""
+    args = _args(name)
+    files = [Path(args[i + 1]) for i, a in enumerate(args) if a == "--control-file"]
+    settings = META[name].get("settings")
+    return load_global_controls(Path(settings.replace("{here}", str(COMPAT))) if settings else None, files)
+
+
 def _order(name: str) -> int:
     return int(name.split("-", 1)[0])
 
@@ -157,7 +166,10 @@ def _chaos_run(name: str, base_url: str, root: Path) -> Outcome:
     workdir = root / name / "ctk"
     workdir.mkdir(parents=True)
     journal = workdir.parent / "ctk-journal.json"
-    cmd = [str(CHAOS), "--no-version-check", "--no-log-file", "run", "--journal-path", str(journal)]
+    # `chaos --settings` defaults to ~/.chaostoolkit/settings.yaml: point it at the corpus entry's, or at none
+    settings = str(META[name].get("settings", str(root / "no-settings.yaml"))).replace("{here}", str(COMPAT))
+    cmd = [str(CHAOS), "--no-version-check", "--no-log-file", "--settings", settings, "run"]
+    cmd += ["--journal-path", str(journal)]
     for k, v in _vars(name, workdir, base_url).items():
         cmd += ["--var", f"{k}={v}"]
     cmd += [*_args(name), str(COMPAT / name)]
@@ -200,7 +212,12 @@ async def _faultplane_run(
     variables = _variables(name, workdir, base_url)
     try:
         result = await run_experiment(
-            COMPAT / name, variables=variables, store=store, runtime=runtime, ctk_compat=ctk_compat
+            COMPAT / name,
+            variables=variables,
+            store=store,
+            runtime=runtime,
+            ctk_compat=ctk_compat,
+            global_controls=_global_controls(name),
         )
     except ExperimentError:
         return Outcome("invalid"), None
@@ -247,7 +264,11 @@ async def test_same_outcome_as_chaos_run(
             f"{name}: Faultplane {default} != chaos run {ctk}, and no difference is declared"
         )
     # validate predicts the run: it passes exactly what then runs, in either mode
-    report = validate_experiment(COMPAT / name, variables=_variables(name, tmp_path, compat_http))
+    report = validate_experiment(
+        COMPAT / name,
+        variables=_variables(name, tmp_path, compat_http),
+        global_controls=_global_controls(name),
+    )
     assert report.valid == (default.status != "invalid"), report.errors
     _RESULTS[name] = (ctk, default, compat)
 

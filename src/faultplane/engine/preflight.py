@@ -290,6 +290,8 @@ def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
                 )
             )
     (errors if compat else warnings).extend(ctk_required)
+    if getattr(p, "global_controls", None) is not None:
+        warnings.extend(p.global_controls.warnings)
     for where, message in unloadable_controls(doc):
         warnings.append(ValidationIssue(field=where, message=message, fix="install the control's package"))
     return errors, warnings

@@ -79,6 +79,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
 }
 
 _FLAGS_WITH_VALUE = {
+    "--control-file",
     "--var",
     "--var-file",
     "--rollback-strategy",
@@ -89,7 +90,8 @@ _FLAGS_WITH_VALUE = {
 
 def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
     """`chaos run`'s flags (`--var`, `--var-file`, `--rollback-strategy`, `--hypothesis-strategy`,
-    `--hypothesis-frequency`, `--fail-fast`) as (variables, runtime overrides)."""
+    `--hypothesis-frequency`, `--fail-fast`) as (variables, runtime overrides). `--control-file` is read by
+    `engine.controls.load_global_controls`, not here."""
     from faultplane.core.config import load_var_file, parse_var
 
     variables = Variables()
@@ -102,6 +104,8 @@ def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
             variables[k] = v
         elif flag == "--var-file" and value is not None:
             variables.merge(load_var_file(value))
+        elif flag == "--control-file":
+            continue
         elif flag == "--fail-fast":
             runtime.setdefault("hypothesis", {})["fail_fast"] = True
         elif value is not None:
