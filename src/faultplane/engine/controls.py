@@ -14,6 +14,7 @@ their `configure_control` gets the settings, and one that raises there is droppe
 from __future__ import annotations
 
 import copy
+import difflib
 import importlib
 import inspect
 import os
@@ -150,18 +151,72 @@ def _module(control: dict[str, Any]) -> Any | None:
 
 
 def all_controls(experiment: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Every control declared in the document, with where it is declared."""
-    found = [("controls", c) for c in experiment.get("controls") or []]
+    """Every control declared in the document, with where it is declared (`method[2].controls[0]`)."""
     hypo = experiment.get("steady-state-hypothesis") or {}
-    found += [("steady-state-hypothesis.controls", c) for c in hypo.get("controls") or []]
+    if not isinstance(hypo, dict):
+        hypo = {}
+    owners: list[tuple[str, Any]] = [("", experiment), ("steady-state-hypothesis.", hypo)]
     for section in ("method", "rollbacks"):
-        for i, a in enumerate(experiment.get(section) or []):
-            found += [(f"{section}[{i}].controls", c) for c in (a or {}).get("controls") or []]
-    for i, a in enumerate(hypo.get("probes") or []):
-        found += [
-            (f"steady-state-hypothesis.probes[{i}].controls", c) for c in (a or {}).get("controls") or []
-        ]
+        owners += [(f"{section}[{i}].", a) for i, a in enumerate(experiment.get(section) or [])]
+    owners += [(f"steady-state-hypothesis.probes[{i}].", a) for i, a in enumerate(hypo.get("probes") or [])]
+    found = []
+    for prefix, owner in owners:
+        controls = owner.get("controls") if isinstance(owner, dict) else None
+        for i, c in enumerate(controls if isinstance(controls, list) else []):
+            found.append((f"{prefix}controls[{i}]", c))
     return [(w, c) for w, c in found if isinstance(c, dict)]
+
+
+def control_issues(experiment: dict[str, Any], compat: bool = False) -> list[ValidationIssue]:
+    """chaoslib's `validate_controls`, which makes `chaos run` refuse the experiment: a control needs a
+    `name` and a `provider`, its `scope` is before or after, and a `ref` names a declared control. chaoslib
+    also wants a `name` on a `{ref: ...}` control, which refuses every reference written as documented; only
+    `compat` follows it (docs/chaostoolkit.md: control-ref-without-name)."""
+    declared = [c.get("name") for _, c in all_controls(experiment) if "ref" not in c and c.get("name")]
+    issues = []
+    for where, c in all_controls(experiment):
+        if "ref" in c:
+            if c["ref"] not in declared:
+                meant = difflib.get_close_matches(str(c["ref"]), [str(d) for d in declared], n=1, cutoff=0.6)
+                issues.append(
+                    ValidationIssue(
+                        field=f"{where}.ref",
+                        message=f"no control named {c['ref']!r} is declared",
+                        fix=f"did you mean {meant[0]!r}?"
+                        if meant
+                        else f"name a declared control: {', '.join(map(str, declared)) or '(none declared)'}",
+                    )
+                )
+            elif compat and not c.get("name"):
+                issues.append(
+                    ValidationIssue(
+                        field=f"{where}.name",
+                        message="Chaos Toolkit requires a name on a control reference too",
+                        fix=f"add `name: {c['ref']}`, or run without --ctk-compat",
+                    )
+                )
+            continue
+        if not c.get("name"):
+            issues.append(
+                ValidationIssue(field=f"{where}.name", message="a control needs a name", fix="add `name`")
+            )
+        if not isinstance(c.get("provider"), dict):
+            issues.append(
+                ValidationIssue(
+                    field=f"{where}.provider",
+                    message=f"control {c.get('name')!r} has no provider",
+                    fix="add `provider: {type: python, module: MODULE}`",
+                )
+            )
+        if c.get("scope") not in (None, "before", "after"):
+            issues.append(
+                ValidationIssue(
+                    field=f"{where}.scope",
+                    message=f"scope {c['scope']!r} is neither 'before' nor 'after'",
+                    fix="use before or after, or leave scope out (both)",
+                )
+            )
+    return issues
 
 
 def unloadable_controls(experiment: dict[str, Any]) -> list[tuple[str, str]]:

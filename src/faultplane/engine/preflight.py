@@ -290,6 +290,9 @@ def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
                 )
             )
     (errors if compat else warnings).extend(ctk_required)
+    from faultplane.engine.controls import control_issues
+
+    errors.extend(control_issues(doc, compat))
     if getattr(p, "global_controls", None) is not None:
         warnings.extend(p.global_controls.warnings)
     for where, message in unloadable_controls(doc):

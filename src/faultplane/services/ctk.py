@@ -69,6 +69,13 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "Chaos Toolkit checks the function's signature without it and refuses the experiment.",
         "The value is always passed in at run time; requiring a placeholder for it is a trap.",
     ),
+    "control-ref-without-name": (
+        "A control written `{ref: NAME}` (at the hypothesis or an activity) runs the experiment's control of "
+        "that name. Chaos Toolkit documents the form but its validation requires a `name` on every control, "
+        "so it refuses the experiment.",
+        "The reference form is Chaos Toolkit's own documented syntax; refusing it is a validator bug, not a "
+        "rule an experiment can follow.",
+    ),
     "recovery-check": (
         "After a rollback or revert, the hypothesis is checked once more (`steady_states.recovery`: time to "
         "recover); it waits and repeats only when `runtime.recovery_timeout` or `recovery_window_s` asks. "
