@@ -98,3 +98,32 @@ def test_env_var_file_feeds_env_configuration(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     unset = _cli(tmp_path, "validate", str(exp))
     assert unset.returncode == 2 and "FP_CTK_FROM_DOTENV" in unset.stderr
+
+
+def test_var_file_secrets_replace_their_scope_and_stay_masked(tmp_path: Path) -> None:
+    exp = tmp_path / "e.yaml"
+    exp.write_text(
+        "title: secrets from a var file\ndescription: d\n"
+        "secrets: {vault: {token: in-experiment, user: admin}, other: {key: kept}}\n"
+        "steady-state-hypothesis:\n  title: h\n  probes:\n"
+        "    - {type: probe, name: t, provider: {type: python, module: ctkfix, func: secret_value,"
+        " arguments: {key: token}, secrets: [vault]}, tolerance: tok-from-file-42}\n"
+        "    - {type: probe, name: k, provider: {type: python, module: ctkfix, func: secret_keys,"
+        " secrets: [vault]}, tolerance: token}\n"
+        "    - {type: probe, name: o, provider: {type: python, module: ctkfix, func: secret_value,"
+        " arguments: {key: key}, secrets: [other]}, tolerance: kept}\n"
+        "method: []\n"
+    )
+    (tmp_path / "early.yaml").write_text("secrets: {vault: {token: overridden}}\n")
+    (tmp_path / "late.yaml").write_text("secrets: {vault: {token: tok-from-file-42}, unknown: {x: 1}}\n")
+    journal = tmp_path / "j.json"
+    done = _cli(
+        tmp_path, "run", str(exp), "-o", "json", "--journal", str(journal),
+        "--var-file", str(tmp_path / "early.yaml"), "--var-file", str(tmp_path / "late.yaml"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok-from-file-42" not in journal.read_text() + done.stdout  # a var file's secret is masked too
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("secrets: [1, 2]\n")
+    refused = _cli(tmp_path, "validate", str(exp), "--var-file", str(bad))
+    assert refused.returncode == 2 and "secrets" in refused.stderr and "Traceback" not in refused.stderr

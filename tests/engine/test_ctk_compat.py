@@ -25,8 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
+from faultplane.core.config import Variables
 from faultplane.core.formats import ExperimentError, load_document
 from faultplane.core.store import Store
+from faultplane.engine.controls import GlobalControls, load_global_controls
 from faultplane.services.ctk import DIFFERENCES, cli_overrides
 from faultplane.services.experiments import run_experiment, validate_experiment
 from faultplane.services.runs import load_journal
@@ -35,7 +37,7 @@ COMPAT = Path(__file__).parent / "ctk" / "compat"
 META: dict[str, dict[str, Any]] = yaml.safe_load((COMPAT / "compat.yaml").read_text())
 DOC = Path(__file__).resolve().parents[2] / "docs" / "chaostoolkit.md"
 CHAOS = shutil.which("chaos", path=str(Path(sys.executable).parent)) or shutil.which("chaos")
-ENV = {"FP_CTK_COMPAT_SET": "from-env", "FP_CTK_COMPAT_PORT": "8080"}
+ENV = {"FP_CTK_COMPAT_SET": "from-env", "FP_CTK_COMPAT_PORT": "8080", "FP_CTK_COMPAT_FLAG": "on"}
 
 pytestmark = [
     pytest.mark.skipif(CHAOS is None, reason="chaostoolkit is not installed (the `test` extra installs it)"),
@@ -98,6 +100,26 @@ def _args(name: str) -> list[str]:
     return [a.replace("{here}", str(COMPAT)) for a in META[name].get("args", [])]
 
 
+def _variables(name: str, workdir: Path, base_url: str) -> Variables:
+    """The test's own values, then the corpus entry's flags over them (their var files' secrets kept)."""
+    given, _ = cli_overrides(_args(name))
+    merged = Variables(_vars(name, workdir, base_url), secrets=given.secrets)
+    merged.update(given)
+    return merged
+
+
+def _global_controls(name: str) -> GlobalControls:
+    """The corpus entry's `--control-file` flags and `settings` file, loaded as `chaos run` loads them."""
+    args = _args(name)
+    files = [Path(args[i + 1]) for i, a in enumerate(args) if a == "--control-file"]
+    settings = META[name].get("settings")
+    return load_global_controls(Path(settings.replace("{here}", str(COMPAT))) if settings else None, files)
+
+
+def _order(name: str) -> int:
+    return int(name.split("-", 1)[0])
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -144,7 +166,10 @@ def _chaos_run(name: str, base_url: str, root: Path) -> Outcome:
     workdir = root / name / "ctk"
     workdir.mkdir(parents=True)
     journal = workdir.parent / "ctk-journal.json"
-    cmd = [str(CHAOS), "--no-version-check", "--no-log-file", "run", "--journal-path", str(journal)]
+    # `chaos --settings` defaults to ~/.chaostoolkit/settings.yaml: point it at the corpus entry's, or at none
+    settings = str(META[name].get("settings", str(root / "no-settings.yaml"))).replace("{here}", str(COMPAT))
+    cmd = [str(CHAOS), "--no-version-check", "--no-log-file", "--settings", settings, "run"]
+    cmd += ["--journal-path", str(journal)]
     for k, v in _vars(name, workdir, base_url).items():
         cmd += ["--var", f"{k}={v}"]
     cmd += [*_args(name), str(COMPAT / name)]
@@ -161,12 +186,18 @@ def _chaos_run(name: str, base_url: str, root: Path) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def ctk_outcomes(compat_http: str) -> Iterator[dict[str, Outcome]]:
-    """Every `chaos run` of the corpus, four at a time: each is a ~0.3 s process of its own."""
+def ctk_outcomes(compat_http: str, request: pytest.FixtureRequest) -> Iterator[dict[str, Outcome]]:
+    """The `chaos run` of each experiment this session runs (all, or those `-k` selects), four at a time:
+    each is a ~0.3 s process of its own."""
+    selected = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.module is request.module and "name" in getattr(getattr(item, "callspec", None), "params", {})
+    }
     root = Path(tempfile.mkdtemp(prefix="ctk-compat-"))
     try:
         with ThreadPoolExecutor(4) as pool:
-            futures = {n: pool.submit(_chaos_run, n, compat_http, root) for n in sorted(META)}
+            futures = {n: pool.submit(_chaos_run, n, compat_http, root) for n in sorted(selected)}
             yield {n: f.result() for n, f in futures.items()}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -177,11 +208,16 @@ async def _faultplane_run(
 ) -> tuple[Outcome, dict[str, Any] | None]:
     workdir = root / ("compat" if ctk_compat else "default")
     workdir.mkdir(parents=True)
-    variables, runtime = cli_overrides(_args(name))
-    variables = {**_vars(name, workdir, base_url), **variables}
+    _, runtime = cli_overrides(_args(name))
+    variables = _variables(name, workdir, base_url)
     try:
         result = await run_experiment(
-            COMPAT / name, variables=variables, store=store, runtime=runtime, ctk_compat=ctk_compat
+            COMPAT / name,
+            variables=variables,
+            store=store,
+            runtime=runtime,
+            ctk_compat=ctk_compat,
+            global_controls=_global_controls(name),
         )
     except ExperimentError:
         return Outcome("invalid"), None
@@ -229,7 +265,9 @@ async def test_same_outcome_as_chaos_run(
         )
     # validate predicts the run: it passes exactly what then runs, in either mode
     report = validate_experiment(
-        COMPAT / name, variables={**_vars(name, tmp_path, compat_http), **cli_overrides(_args(name))[0]}
+        COMPAT / name,
+        variables=_variables(name, tmp_path, compat_http),
+        global_controls=_global_controls(name),
     )
     assert report.valid == (default.status != "invalid"), report.errors
     _RESULTS[name] = (ctk, default, compat)
@@ -243,7 +281,7 @@ def test_docs_table_is_current() -> None:
 
     rows = [
         (name, META[name]["source"], *(o.cell() for o in _RESULTS[name]), META[name].get("differences", []))
-        for name in sorted(META)
+        for name in sorted(META, key=_order)
     ]
     text = DOC.read_text(encoding="utf-8")
     fresh = _section(text, "differences", render_differences())

@@ -182,7 +182,7 @@ async def test_controls_get_configuration_and_unloadable_ones_are_warnings(
 
     report = validate_experiment(doc, with_policy=False)
     assert report.valid
-    assert [w.field for w in report.warnings] == ["controls"]
+    assert [w.field for w in report.warnings] == ["controls[1]"]  # the unloadable one, where it is written
     assert "no_such_control_module" in report.warnings[0].message
     result = await run_experiment(doc, store=store)
     assert result.status == "completed"

@@ -66,6 +66,15 @@ def _mutate(doc: dict[str, Any], kind: str, pick: int, text: str) -> dict[str, A
         doc.setdefault("method", []).append({"ref": "nowhere" + text})
     elif kind == "variable" and act:
         act.setdefault("pauses", {})["before"] = "${undefined_" + (text or "x") + "}"
+    elif kind == "control":
+        bad = [{"name": "c"}, {"name": "c", "scope": "during" + text, "provider": {"type": "python"}}]
+        bad.append({"ref": "nowhere" + text})
+        (act if act else doc).setdefault("controls", []).append(bad[pick % len(bad)])
+    elif kind == "tolerance" and act:
+        act["tolerance"] = {"type": "rnage" + text, "range": [0, 1]}
+    elif kind == "dynamic":
+        probe = {"type": "python", "module": "ctkfix", "func": "no_such" + text}
+        doc.setdefault("configuration", {})["probed"] = {"type": "probe", "name": "p", "provider": probe}
     return doc
 
 
@@ -108,6 +117,9 @@ KINDS = [
     "strategy",
     "reference",
     "variable",
+    "control",
+    "tolerance",
+    "dynamic",
 ]
 
 
@@ -169,6 +181,44 @@ def test_one_error_per_root_cause() -> None:
     assert [(e.field, e.fix) for e in report.errors] == [
         ("method[0].provider.name", "did you mean 'register'?")
     ]
+
+
+def test_references_controls_and_tolerances_one_error_each_where_written() -> None:
+    act = {
+        "type": "action",
+        "name": "drain",
+        "provider": {"type": "python", "module": "ctkfix", "func": "value"},
+    }
+    act["provider"]["arguments"] = {"v": 1}
+
+    def errors(doc: dict[str, Any], compat: bool | None = None) -> list[tuple[str, str]]:
+        report = validate_experiment(
+            {"title": "t", "description": "d", **doc}, with_policy=False, ctk_compat=compat
+        )
+        return [(e.field, e.fix) for e in report.errors]
+
+    assert errors({"method": [act, {"ref": "drian"}]}) == [("method[1].ref", "did you mean 'drain'?")]
+    assert errors({"method": [act], "rollbacks": [{"ref": "zzz"}]}) == [
+        ("rollbacks[0].ref", "name a declared activity: drain")
+    ]
+    recorder = {"name": "recorder", "provider": {"type": "python", "module": "ctkfix_control"}}
+    with_ref = {**act, "controls": [{"ref": "recordr"}]}
+    assert errors({"method": [with_ref], "controls": [recorder]}) == [
+        ("method[0].controls[0].ref", "did you mean 'recorder'?")
+    ]
+    assert [f for f, _ in errors({"method": [act], "controls": [{"name": "x"}]})] == ["controls[0].provider"]
+    scoped = {**recorder, "scope": "during"}
+    assert [f for f, _ in errors({"method": [act], "controls": [scoped]})] == ["controls[0].scope"]
+    # a ref control as documented runs; Chaos Toolkit's validator wants a name on it (docs: control-ref-without-name)
+    good_ref = {**act, "controls": [{"ref": "recorder"}]}
+    assert errors({"method": [good_ref], "controls": [recorder]}) == []
+    assert [f for f, _ in errors({"method": [good_ref], "controls": [recorder]}, compat=True)] == [
+        "method[0].controls[0].name"
+    ]
+    probe = {**act, "type": "probe", "tolerance": {"type": "rnage", "range": [0, 1]}}
+    hypo = {"steady-state-hypothesis": {"title": "h", "probes": [probe]}, "method": []}
+    found = validate_experiment({"title": "t", "description": "d", **hypo}, with_policy=False).errors
+    assert len(found) == 1 and "did you mean 'range'?" in found[0].message
 
 
 def test_driver_arguments_checked_against_the_schema() -> None:

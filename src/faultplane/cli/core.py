@@ -91,6 +91,17 @@ CtkCompatOpt = Annotated[
         "--ctk-compat", help="Chaos Toolkit's outcomes where Faultplane differs (docs/chaostoolkit.md)"
     ),
 ]
+SettingsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--settings",
+        help="Chaos Toolkit settings file whose `controls:` apply to the run (default ~/.chaostoolkit/settings.yaml)",
+    ),
+]
+ControlFileOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--control-file", help="YAML/JSON file of global Chaos Toolkit controls (repeatable)"),
+]
 
 
 def _runtime(
@@ -145,20 +156,28 @@ def _var_names(var: list[str] | None) -> list[str]:
 
 
 def _variables(var: list[str] | None, var_file: list[Path] | Path | None) -> dict[str, Any]:
-    from faultplane.core.config import load_var_file, parse_var
+    from faultplane.core.config import Variables, load_var_file, parse_var
 
     files = [var_file] if isinstance(var_file, Path) else var_file or []
-    values: dict[str, Any] = {}
+    values = Variables()
     for f in files:  # later files override earlier ones, and --var overrides them all
         loaded = load_var_file(f)
         if f.suffix == ".env":
             # as `chaos run` does: a .env file sets environment variables, which `type: env` entries read
             os.environ.update({k: str(v) for k, v in loaded.items()})
-        values.update(loaded)
+        values.merge(loaded)
     for item in var or []:
         k, v = parse_var(item)
         values[k] = v
     return values
+
+
+def _global_controls(settings: Path | None, control_files: list[Path] | None) -> Any:
+    """Chaos Toolkit's global controls: its settings file's `controls:` (the default file only when it is
+    there) and `--control-file` files, as `chaos run` loads them."""
+    from faultplane.engine.controls import load_global_controls
+
+    return load_global_controls(settings, control_files or [], default_settings=True)
 
 
 def _print_issues(exc: ExperimentError) -> None:
@@ -183,6 +202,8 @@ def validate(
     hypothesis_frequency: FrequencyOpt = None,
     fail_fast: FailFastOpt = False,
     ctk_compat: CtkCompatOpt = False,
+    settings: SettingsOpt = None,
+    control_file: ControlFileOpt = None,
 ) -> None:
     """Validate an experiment (schema, variables, policy) without running anything. Exit 0 valid, 2 invalid."""
     from faultplane.core.formats import ExperimentError
@@ -190,6 +211,7 @@ def validate(
 
     try:
         variables = _variables(var, var_file)
+        global_controls = _global_controls(settings, control_file)
     except ExperimentError as exc:
         _print_issues(exc)
         raise typer.Exit(2) from None
@@ -200,6 +222,7 @@ def validate(
         runtime=_runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
         ctk_compat=ctk_compat or None,
         strict_variables=_var_names(var),
+        global_controls=global_controls,
     )
     if output == "json":
         typer.echo(report.model_dump_json(indent=2))
@@ -236,6 +259,8 @@ def run(
     hypothesis_frequency: FrequencyOpt = None,
     fail_fast: FailFastOpt = False,
     ctk_compat: CtkCompatOpt = False,
+    settings: SettingsOpt = None,
+    control_file: ControlFileOpt = None,
     journal_format: Annotated[
         JournalFormat, typer.Option("--journal-format", help="format of --journal: faultplane or ctk")
     ] = JournalFormat.faultplane,
@@ -265,6 +290,7 @@ def run(
             "runtime": _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
             "ctk_compat": ctk_compat or None,
             "strict_variables": _var_names(var),
+            "global_controls": _global_controls(settings, control_file),
         }
 
         async def go() -> Any:

@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ from faultplane.core.formats import ExperimentError, ValidationIssue, loads
 __all__ = [
     "MASK",
     "Resolved",
+    "Variables",
+    "convert_to_type",
     "load_var_file",
     "mask_secrets",
     "parse_var",
@@ -28,12 +30,47 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_.-]*)\}")
 _NOT_SUBSTITUTED = ("configuration", "secrets")
 # Sections Chaos Toolkit never substitutes into: prose and metadata, where `${` is just text.
 _PROSE = ("description", "tags", "contributions", "extensions")
-_ENV_CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "int": int,
-    "float": float,
-    "json": json.loads,
-    "bool": lambda s: s.lower() in ("1", "true", "yes"),
-}
+
+
+def convert_to_type(kind: str | None, value: Any) -> Any:
+    """chaoslib's `convert_to_type`, used for `env_var_type` and `--var name:type=value` alike: `bool` is
+    false only for false/0/no (any other text is true), `json` leaves an empty value as it is. Raises
+    ValueError for a value that does not convert or an unknown type."""
+    if kind is None or kind in ("str", "string"):
+        return value
+    if kind in ("int", "integer"):
+        return int(value)
+    if kind in ("float", "number"):
+        return float(value)
+    if kind == "bytes":
+        return value.encode("utf-8") if isinstance(value, str) else value
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        return str(value).lower() not in ("false", "0", "no")
+    if kind == "json":
+        if value in ("", None) or not isinstance(value, str | bytes):
+            return value
+        return json.loads(value)
+    raise ValueError(f"unknown type {kind!r}")
+
+
+_TYPES = ("str", "string", "int", "integer", "float", "number", "bytes", "bool", "json")
+
+
+class Variables(dict[str, Any]):
+    """Values given from outside the experiment: configuration values by name (`--var`, var files), and
+    the `secrets:` sections of var files by scope (`secrets`), which replace the experiment's scope of the
+    same name whole, as `chaos run` does."""
+
+    def __init__(self, *args: Any, secrets: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.secrets: dict[str, Any] = dict(secrets or {})
+
+    def merge(self, other: Mapping[str, Any]) -> None:
+        """A later var file over an earlier one: names and secret scopes override one by one."""
+        self.update(other)
+        self.secrets.update(getattr(other, "secrets", {}) or {})
 
 
 class Resolved:
@@ -45,32 +82,26 @@ class Resolved:
         configuration: dict[str, Any],
         secrets: dict[str, Any],
         secret_values: list[str],
+        dynamic: list[str] | None = None,
     ) -> None:
         self.document = document
         self.configuration = configuration
         self.secrets = secrets
         self.secret_values = secret_values
-
-
-_VAR_TYPES: dict[str, Callable[[str], Any]] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "bytes": str.encode,
-    "bool": lambda s: s.lower() in ("1", "true", "yes"),
-    "json": json.loads,
-}
+        # configuration keys whose value a probe gives when the run starts (chaoslib's dynamic configuration)
+        self.dynamic = dynamic or []
 
 
 def parse_var(text: str) -> tuple[str, Any]:
     """`name=value` from `--var`; the value is read as JSON when it parses (`x=1.5` is a number), else kept
-    as a string. Chaos Toolkit's `name:type=value` (str, int, float, bytes, bool, json) converts explicitly."""
+    as a string. Chaos Toolkit's `name:type=value` (str, int, float, bytes, bool, json) converts explicitly,
+    as chaoslib's `convert_to_type` does."""
     head, sep, raw_value = text.partition("=")
     if sep and ":" in head:
         name, _, kind = head.rpartition(":")
-        if kind in _VAR_TYPES:
+        if kind in _TYPES:
             try:
-                return name.strip(), _VAR_TYPES[kind](raw_value)
+                return name.strip(), convert_to_type(kind, raw_value)
             except ValueError:
                 raise ExperimentError(
                     [
@@ -96,7 +127,9 @@ def parse_var(text: str) -> tuple[str, Any]:
         return name.strip(), raw
 
 
-def load_var_file(path: str | Path) -> dict[str, Any]:
+def load_var_file(path: str | Path) -> Variables:
+    """A var file as `chaos run --var-file` reads it: `.env` lines, or JSON/YAML with `configuration:` and
+    `secrets:` sections (secrets by scope), or a flat mapping of configuration values."""
     p = Path(path)
     if not p.is_file():
         raise ExperimentError(
@@ -121,7 +154,7 @@ def load_var_file(path: str | Path) -> dict[str, Any]:
             ]
         ) from None
     if p.suffix == ".env":
-        out: dict[str, Any] = {}
+        out = Variables()
         for line in text.splitlines():
             line = line.strip()
             if line and not line.startswith("#") and "=" in line:
@@ -140,10 +173,26 @@ def load_var_file(path: str | Path) -> dict[str, Any]:
                 )
             ]
         )
-    # Chaos Toolkit var files may nest values under `configuration`/`secrets`
-    if set(data) <= {"configuration", "secrets"}:
-        return {**data.get("secrets", {}), **data.get("configuration", {})}
-    return data
+    # Chaos Toolkit's var files hold `configuration:` and `secrets:` sections (any other key is ignored, as
+    # chaoslib's `merge_vars` ignores it); a plain mapping of names to values is configuration
+    if "configuration" in data or "secrets" in data:
+        sections = []
+        for section in ("configuration", "secrets"):
+            value = data.get(section) or {}
+            if not isinstance(value, dict):
+                raise ExperimentError(
+                    [
+                        ValidationIssue(
+                            field=f"--var-file {p}: {section}",
+                            message=f"expected a mapping, got {type(value).__name__}",
+                            fix="write `name: value` pairs"
+                            + (" under each secrets scope" if section == "secrets" else ""),
+                        )
+                    ]
+                )
+            sections.append(value)
+        return Variables(sections[0], secrets=sections[1])
+    return Variables(data)
 
 
 def _resolve_value(value: Any, where: str, issues: list[ValidationIssue]) -> Any:
@@ -156,23 +205,26 @@ def _resolve_value(value: Any, where: str, issues: list[ValidationIssue]) -> Any
                 )
             )
             return None
-        if key in os.environ:
-            raw = os.environ[key]
+        if key in os.environ or "default" in value:
+            # chaoslib converts the default too: `default: "8080"` with `env_var_type: int` is 8080
+            raw = os.environ[key] if key in os.environ else value["default"]
             env_type = value.get("env_var_type")
-            if env_type in ("int", "float", "bool", "json"):
-                try:
-                    return _ENV_CONVERTERS[env_type](raw)
-                except ValueError:
-                    issues.append(
-                        ValidationIssue(
-                            field=where,
-                            message=f"${key}={raw!r} is not a valid {env_type}",
-                            fix=f"set {key} to a {env_type}",
-                        )
+            try:
+                return convert_to_type(env_type, raw)
+            except (ValueError, TypeError, AttributeError):
+                issues.append(
+                    ValidationIssue(
+                        field=f"{where}.env_var_type",
+                        message=f"{'$' + key if key in os.environ else 'default'}={raw!r} "
+                        f"is not a valid {env_type}"
+                        if env_type in _TYPES
+                        else f"unknown type {env_type!r}",
+                        fix=f"set {key} to a {env_type}"
+                        if env_type in _TYPES
+                        else f"use one of {', '.join(_TYPES)}",
                     )
-            return raw
-        if "default" in value:
-            return value["default"]
+                )
+                return None
         issues.append(
             ValidationIssue(
                 field=where,
@@ -191,6 +243,7 @@ def _substitute(
     issues: list[ValidationIssue],
     keep: bool = False,
     used: set[str] | None = None,
+    deferred: Collection[str] = (),
 ) -> Any:
     if isinstance(node, str):
         if used is not None and "${" in node:
@@ -200,23 +253,25 @@ def _substitute(
             name = whole.group(1)
             if name in values:
                 return values[name]
-            if not keep:
+            if not keep and name not in deferred:
                 issues.append(_unknown(name, where))
             return node
 
         def repl(m: re.Match[str]) -> str:
             if m.group(1) in values:
                 return str(values[m.group(1)])
-            if not keep:
+            if not keep and m.group(1) not in deferred:
                 issues.append(_unknown(m.group(1), where))
             return m.group(0)
 
         return _VAR.sub(repl, node)
     if isinstance(node, list):
-        return [_substitute(v, values, f"{where}[{i}]", issues, keep, used) for i, v in enumerate(node)]
+        return [
+            _substitute(v, values, f"{where}[{i}]", issues, keep, used, deferred) for i, v in enumerate(node)
+        ]
     if isinstance(node, dict):
         return {
-            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues, keep, used)
+            k: _substitute(v, values, f"{where}.{k}" if where else str(k), issues, keep, used, deferred)
             for k, v in node.items()
         }
     return node
@@ -243,16 +298,23 @@ def resolve(
     `keep_unknown`: an undefined `${name}` stays as written (Chaos Toolkit) instead of being an error.
     `strict`: variable names given one by one (`--var`): one the experiment neither declares nor uses is an
     error, since a misspelt name would otherwise leave the default in place silently."""
+    var_secrets: Mapping[str, Any] = getattr(variables, "secrets", None) or {}
     variables = dict(variables or {})
     issues: list[ValidationIssue] = []
     configuration: dict[str, Any] = {}
     raw_config = document.get("configuration") or {}
     if not isinstance(raw_config, dict):
         raw_config = {}
+    dynamic: list[str] = []
     for key, value in raw_config.items():
-        configuration[key] = (
-            variables[key] if key in variables else _resolve_value(value, f"configuration.{key}", issues)
-        )
+        if key not in variables and isinstance(value, dict) and value.get("type") == "probe":
+            # chaoslib's dynamic configuration: the probe runs when the run starts (engine/lifecycle.py);
+            # until then `${key}` stays as written
+            dynamic.append(key)
+            continue
+        # a var file may give the whole definition (`{type: env, ...}`), which is resolved like the
+        # experiment's own (chaoslib's load_configuration swaps it in)
+        configuration[key] = _resolve_value(variables.get(key, value), f"configuration.{key}", issues)
     for key, value in variables.items():
         configuration.setdefault(key, value)
     secrets: dict[str, Any] = {}
@@ -261,6 +323,12 @@ def resolve(
     if isinstance(raw_secrets, dict):
         for scope, entries in raw_secrets.items():
             if not isinstance(entries, dict):
+                continue
+            given = var_secrets.get(scope)
+            if isinstance(given, dict):
+                # chaoslib's load_secrets: a var file's scope replaces the experiment's scope of that name
+                secrets[scope] = dict(given)
+                secret_values.extend(str(v) for v in given.values() if v not in (None, ""))
                 continue
             secrets[scope] = {}
             for key, value in entries.items():
@@ -277,7 +345,7 @@ def resolve(
         out[key] = (
             node
             if key in _NOT_SUBSTITUTED or key in _PROSE or not substitute
-            else _substitute(node, values, key, issues, keep_unknown, used)
+            else _substitute(node, values, key, issues, keep_unknown, used, dynamic)
         )
     if strict and not keep_unknown:
         secret_keys = {k for entries in secrets.values() for k in entries}
@@ -294,7 +362,7 @@ def resolve(
             )
     if issues:
         raise ExperimentError(issues)
-    return Resolved(out, configuration, secrets, secret_values)
+    return Resolved(out, configuration, secrets, secret_values, dynamic)
 
 
 def mask_secrets(data: Any, secret_values: list[str]) -> Any:

@@ -279,8 +279,13 @@ def check_tolerance(tol: Any) -> None:
     elif kind == "probe":
         Activity.model_validate({k: v for k, v in tol.items() if k != "tolerance"})
     else:
+        import difflib
+
+        meant = difflib.get_close_matches(str(kind), ["range", "regex", "jsonpath", "probe"], n=1, cutoff=0.6)
         raise ValueError(
-            f"unknown tolerance type {kind!r}: use range, regex, jsonpath or probe (or a plain value/list)"
+            f"unknown tolerance type {kind!r}"
+            + (f" (did you mean {meant[0]!r}?)" if meant else "")
+            + ": use range, regex, jsonpath or probe (or a plain value/list)"
         )
 
 

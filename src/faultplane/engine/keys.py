@@ -85,6 +85,47 @@ def _where(loc: tuple[Any, ...]) -> str:
 
 def validate_lenient(document: dict[str, Any]) -> tuple[model.Experiment, list[ValidationIssue]]:
     """The experiment, with unknown keys dropped and listed as warnings; raises ExperimentError otherwise."""
+    try:
+        return _validate_lenient(document)
+    except ExperimentError as exc:
+        # the model checks references as a whole; name each bad one where it is written, with a suggestion
+        if not any(i.message.startswith("activity reference(s)") for i in exc.issues):
+            raise
+        refs = _ref_issues(document)
+        issues = [i for i in exc.issues if not i.message.startswith("activity reference(s)")]
+        raise ExperimentError(issues + refs if refs else exc.issues) from None
+
+
+def _ref_issues(document: dict[str, Any]) -> list[ValidationIssue]:
+    hypo = document.get("steady-state-hypothesis")
+    sections = [("steady-state-hypothesis.probes", hypo.get("probes") if isinstance(hypo, dict) else None)]
+    sections += [(s, document.get(s)) for s in ("method", "rollbacks")]
+    declared: list[str] = []
+    refs: list[tuple[str, str]] = []
+    for where, items in sections:
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            if isinstance(item, dict) and "provider" in item and isinstance(item.get("name"), str):
+                declared.append(item["name"])
+            elif isinstance(item, dict) and "ref" in item:
+                refs.append((f"{where}[{i}].ref", str(item["ref"])))
+    out = []
+    for where, ref in refs:
+        if ref in declared:
+            continue
+        meant = difflib.get_close_matches(ref, declared, n=1, cutoff=0.6)
+        out.append(
+            ValidationIssue(
+                field=where,
+                message=f"no activity named {ref!r} is declared",
+                fix=f"did you mean {meant[0]!r}?"
+                if meant
+                else f"name a declared activity: {', '.join(declared) or '(none declared)'}",
+            )
+        )
+    return out
+
+
+def _validate_lenient(document: dict[str, Any]) -> tuple[model.Experiment, list[ValidationIssue]]:
     warnings: list[ValidationIssue] = []
     doc = document
     copied = False

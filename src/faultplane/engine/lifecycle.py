@@ -111,6 +111,10 @@ class Plan:
     substituted: bool = True
     # keys dropped as unknown, checks that did not refuse the run (unloadable controls, CTK-required keys)
     warnings: list[ValidationIssue] = field(default_factory=list)
+    # configuration keys a probe gives when the run starts (engine/dynamic_config.py); `${}` of them unresolved
+    dynamic: list[str] = field(default_factory=list)
+    # controls from Chaos Toolkit's settings and control files (engine/controls.GlobalControls)
+    global_controls: Any | None = None
 
     def dump(self) -> dict[str, Any]:
         """The experiment as JSON data (aliases, no nulls), made once: the policy reads it and the journal
@@ -182,6 +186,7 @@ def plan(
         family,
         substituted=substituted,
         warnings=warnings,
+        dynamic=resolved.dynamic,
     )
 
 
@@ -191,12 +196,14 @@ def checked_plan(
     *,
     ctk_compat: bool | None = None,
     strict_variables: Collection[str] = (),
+    global_controls: Any | None = None,
 ) -> Plan:
     """`plan`, then what the run would find out too late (engine/preflight.py): both `validate` and a run
     start here, so what validates is what runs."""
     from faultplane.engine.preflight import preflight
 
     p = plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
+    p.global_controls = global_controls
     errors, warnings = preflight(p)
     if errors:
         refusal = ExperimentError(errors)
@@ -204,6 +211,63 @@ def checked_plan(
         raise refusal
     p.warnings.extend(warnings)
     return p
+
+
+async def _with_dynamic_configuration(
+    p: Plan,
+    raw: Mapping[str, Any],
+    variables: Mapping[str, Any] | None,
+    ctk_compat: bool | None,
+    strict_variables: Collection[str],
+    global_controls: Any | None,
+) -> Plan:
+    """Run the dynamic configuration probes (chaoslib's `load_dynamic_configuration`), then plan again with
+    their values, so the run, the policy and the journal see them like any configuration value."""
+    from faultplane.core.config import Variables
+    from faultplane.engine.dynamic_config import evaluate
+
+    raw_config = raw.get("configuration")
+    values, failures = await evaluate(
+        raw_config if isinstance(raw_config, dict) else {},
+        p.dynamic,
+        p.configuration,
+        p.secrets,
+        p.secret_values,
+    )
+    given = Variables(variables or {}, secrets=getattr(variables, "secrets", None))
+    given.update(values)
+    notes = [
+        ValidationIssue(
+            field=f.split(":", 1)[0],
+            message=f.split(":", 1)[1].strip(),
+            fix="the key is left unset, as in Chaos Toolkit; fix the probe or pass --var for it",
+        )
+        for f in failures
+    ]
+    try:
+        again = checked_plan(
+            raw,
+            given,
+            ctk_compat=ctk_compat,
+            strict_variables=strict_variables,
+            global_controls=global_controls,
+        )
+    except ExperimentError as exc:
+        # a `${key}` its failed probe should have given is undefined: say why first
+        raise ExperimentError(notes + exc.issues) from None
+    if again.dynamic and not again.experiment.runtime.ctk_compat:
+        # a failed probe's key stays unset; where the experiment uses it, the run would carry `${key}` as text
+        doc = json.dumps({k: v for k, v in raw.items() if k not in ("configuration", "secrets")}, default=str)
+        used = [
+            n
+            for n in notes
+            if any(f"${{{k}}}" in doc and n.field == f"configuration.{k}" for k in again.dynamic)
+        ]
+        if used:
+            raise ExperimentError(used)
+    again.dynamic = []
+    again.warnings.extend(notes)
+    return again
 
 
 def _slug(text: str) -> str:
@@ -301,6 +365,7 @@ class _Runner:
             p.configuration,
             p.secrets,
             lambda message: self.writer.journal.warnings.append(message),
+            p.global_controls,
         )
         self.load_figures: Any | None = None
         # each declared activity's journal entry, from the one dump of the experiment
@@ -1146,12 +1211,29 @@ async def execute(
     journal_dir: Path | None = None,
     ctk_compat: bool | None = None,
     strict_variables: Collection[str] = (),
+    global_controls: Any | None = None,
 ) -> Journal:
     """The whole lifecycle: plan and policy (phase 0), then run. Every surface goes through here, so the
     policy cannot be bypassed. Raises ExperimentError for invalid input; a refusal is a `refused` journal."""
-    p = checked_plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
+    p = checked_plan(
+        raw,
+        variables,
+        ctk_compat=ctk_compat,
+        strict_variables=strict_variables,
+        global_controls=global_controls,
+    )
     policy = _load_policy(policy_path)
     decision = None
+    if p.dynamic and not dry_run:
+        # the policy sees the experiment before its dynamic configuration probes run, then as it will run
+        if policy is not None:
+            with store.batch() if isinstance(store, Store) else contextlib.nullcontext():
+                decision = _evaluate(p, policy, store, approval_token)
+            if not decision.allowed:
+                return refused_journal(p, decision, store, journal_dir)
+        p = await _with_dynamic_configuration(
+            p, raw, variables, ctk_compat, strict_variables, global_controls
+        )
     if policy is not None:
         # the policy reads the family's history in several queries: one store open for all of them
         with store.batch() if isinstance(store, Store) else contextlib.nullcontext():

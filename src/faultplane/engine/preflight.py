@@ -250,6 +250,18 @@ def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
             errors += _process(where, prov)
         elif isinstance(prov, DriverProvider):
             errors += _driver(where, prov)
+    raw_config = p.raw.get("configuration")
+    for key in getattr(p, "dynamic", []):
+        from faultplane.engine.dynamic_config import dynamic_activity
+
+        where = f"configuration.{key}"
+        found = dynamic_activity(key, raw_config[key])
+        if isinstance(found, ValidationIssue):
+            errors.append(found)
+        elif isinstance(found.provider, PythonProvider):
+            errors += _python(where, found.provider, False, compat)
+        elif isinstance(found.provider, ProcessProvider):
+            errors += _process(where, found.provider)
     # Chaos Toolkit refuses these; Faultplane warns (docs/chaostoolkit.md: description-and-tolerance-optional)
     ctk_required = []
     for key in ("description", "method"):
@@ -278,6 +290,11 @@ def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
                 )
             )
     (errors if compat else warnings).extend(ctk_required)
+    from faultplane.engine.controls import control_issues
+
+    errors.extend(control_issues(doc, compat))
+    if getattr(p, "global_controls", None) is not None:
+        warnings.extend(p.global_controls.warnings)
     for where, message in unloadable_controls(doc):
         warnings.append(ValidationIssue(field=where, message=message, fix="install the control's package"))
     return errors, warnings

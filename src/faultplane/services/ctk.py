@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from faultplane.core.config import Variables
+
 __all__ = [
     "DIFFERENCES",
     "apply_runtime",
@@ -67,6 +69,13 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
         "Chaos Toolkit checks the function's signature without it and refuses the experiment.",
         "The value is always passed in at run time; requiring a placeholder for it is a trap.",
     ),
+    "control-ref-without-name": (
+        "A control written `{ref: NAME}` (at the hypothesis or an activity) runs the experiment's control of "
+        "that name. Chaos Toolkit documents the form but its validation requires a `name` on every control, "
+        "so it refuses the experiment.",
+        "The reference form is Chaos Toolkit's own documented syntax; refusing it is a validator bug, not a "
+        "rule an experiment can follow.",
+    ),
     "recovery-check": (
         "After a rollback or revert, the hypothesis is checked once more (`steady_states.recovery`: time to "
         "recover); it waits and repeats only when `runtime.recovery_timeout` or `recovery_window_s` asks. "
@@ -77,6 +86,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
 }
 
 _FLAGS_WITH_VALUE = {
+    "--control-file",
     "--var",
     "--var-file",
     "--rollback-strategy",
@@ -85,12 +95,13 @@ _FLAGS_WITH_VALUE = {
 }
 
 
-def cli_overrides(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
     """`chaos run`'s flags (`--var`, `--var-file`, `--rollback-strategy`, `--hypothesis-strategy`,
-    `--hypothesis-frequency`, `--fail-fast`) as (variables, runtime overrides)."""
+    `--hypothesis-frequency`, `--fail-fast`) as (variables, runtime overrides). `--control-file` is read by
+    `engine.controls.load_global_controls`, not here."""
     from faultplane.core.config import load_var_file, parse_var
 
-    variables: dict[str, Any] = {}
+    variables = Variables()
     runtime: dict[str, Any] = {}
     it = iter(args)
     for flag in it:
@@ -99,7 +110,9 @@ def cli_overrides(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             k, v = parse_var(value)
             variables[k] = v
         elif flag == "--var-file" and value is not None:
-            variables.update(load_var_file(value))
+            variables.merge(load_var_file(value))
+        elif flag == "--control-file":
+            continue
         elif flag == "--fail-fast":
             runtime.setdefault("hypothesis", {})["fail_fast"] = True
         elif value is not None:

@@ -178,6 +178,7 @@ def validate_experiment(
     runtime: Mapping[str, Any] | None = None,
     ctk_compat: bool | None = None,
     strict_variables: Collection[str] = (),
+    global_controls: Any | None = None,
 ) -> ValidationReport:
     """Everything a run checks before it executes anything (structure, values, providers, drivers, controls,
     the policy's phase-0 verdict), without running anything; never raises on bad input."""
@@ -185,7 +186,13 @@ def validate_experiment(
 
     try:
         raw = apply_runtime(_load(source), runtime)
-        p = checked_plan(raw, variables, ctk_compat=ctk_compat, strict_variables=strict_variables)
+        p = checked_plan(
+            raw,
+            variables,
+            ctk_compat=ctk_compat,
+            strict_variables=strict_variables,
+            global_controls=global_controls,
+        )
     except ExperimentError as exc:
         return ValidationReport(valid=False, errors=exc.issues, warnings=getattr(exc, "warnings", []))
     report = ValidationReport(valid=True, title=p.experiment.title, warnings=p.warnings)
@@ -230,6 +237,7 @@ async def run_experiment(
     runtime: Mapping[str, Any] | None = None,
     ctk_compat: bool | None = None,
     strict_variables: Collection[str] = (),
+    global_controls: Any | None = None,
 ) -> RunResult:
     """Plan (validate + policy), then run. Raises ExperimentError for invalid input (nothing is run).
     `runtime` overrides the experiment's `runtime` block (the CLI's strategy flags); `ctk_compat` runs with
@@ -248,6 +256,7 @@ async def run_experiment(
         journal_dir=journal_dir,
         ctk_compat=ctk_compat,
         strict_variables=strict_variables,
+        global_controls=global_controls,
     )
     return RunResult.from_journal(j, str((journal_dir or _jdir()) / f"{j.run_id}.json"))
 

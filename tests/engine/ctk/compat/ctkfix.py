@@ -95,3 +95,8 @@ def typed(v: Any) -> str:
 
 def add(a: float, b: float) -> float:
     return a + b
+
+
+def secret_keys(secrets: dict[str, Any] | None = None) -> str:
+    """The names in the secrets scope the activity was given, sorted: shows which scope a var file replaced."""
+    return ",".join(sorted(secrets or {}))
