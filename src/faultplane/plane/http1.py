@@ -24,7 +24,7 @@ from typing import Any
 
 import httptools
 
-__all__ = ["Reply", "Request", "Upstream", "UpstreamError", "UpstreamResponse", "serve"]
+__all__ = ["BodyTooLarge", "Reply", "Request", "Upstream", "UpstreamError", "UpstreamResponse", "serve"]
 
 _REASONS = {
     100: "Continue",
@@ -278,6 +278,10 @@ class UpstreamError(Exception):
     pass
 
 
+class BodyTooLarge(Exception):
+    """A response body past the cap; args[0] holds its first bytes."""
+
+
 class _UpConn(asyncio.Protocol):
     """One keep-alive connection to the upstream server; one response parsed at a time."""
 
@@ -409,8 +413,23 @@ class UpstreamResponse:
             await self._wake
             self._wake = None
 
-    async def read(self) -> bytes:
-        return b"".join([c async for c in self.aiter_raw()])
+    async def read(self, cap: int) -> bytes:
+        """The whole body; UpstreamError past `cap` bytes or when the connection breaks. One wait for the
+        common small answer instead of a generator step per chunk."""
+        while not self._done:
+            if self._error is not None:
+                raise UpstreamError(str(self._error))
+            size = sum(map(len, self._chunks))
+            if size > cap:
+                raise BodyTooLarge(b"".join(self._chunks)[:512])
+            self._wake = asyncio.get_running_loop().create_future()
+            await self._wake
+            self._wake = None
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        if len(data) > cap:
+            raise BodyTooLarge(data[:512])
+        return data
 
     async def aclose(self) -> None:
         if not self._done:

@@ -11,6 +11,7 @@ Because the proxy forwards with its own Host, it checks Host and Origin itself (
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -70,19 +71,6 @@ INTERNAL_ERROR = -32603
 _JSON = (b"content-type", b"application/json")
 
 
-class _TooLarge(Exception):
-    pass
-
-
-async def _read_capped(chunks: AsyncIterator[bytes], cap: int) -> bytes:
-    buf = bytearray()
-    async for chunk in chunks:
-        buf += chunk
-        if len(buf) > cap:
-            raise _TooLarge(bytes(buf[:512]))
-    return bytes(buf)
-
-
 def _jsonrpc_error(status: int, error: FrameError) -> Reply:
     return Reply.json(status, error.reply())
 
@@ -137,11 +125,12 @@ class Relay:
         self.recorder = recorder
         self.upstream = http1.Upstream(settings.upstream)
         self._exchanges = itertools.count()
-        self._delivered = anyio.Event()  # set (and replaced) each time a response goes out
+        # set (and replaced) each time a response goes out; asyncio's own Event, as the HTTP layer is asyncio
+        self._delivered = asyncio.Event()
 
     def _tick(self) -> None:
         self._delivered.set()
-        self._delivered = anyio.Event()
+        self._delivered = asyncio.Event()
 
     async def _hold(self, hold_s: float) -> None:
         """A reorder: wait for some other response to go out first, or give up after hold_s."""
@@ -169,8 +158,13 @@ class Relay:
         key: str | None = None
         if body:
             session = request.header(b"mcp-session-id") or ""
-            action = self.interceptor.on_client_frame(body, scope, session)
-            key = self._key_of(body, scope)
+            try:
+                msg = loads_bounded(body)
+            except ValueError:
+                msg = None  # not ours to judge; the server decides what to do with garbage
+            action = self.interceptor.on_client_message(msg, scope, session)
+            if isinstance(msg, dict) and "method" in msg and "id" in msg:
+                key = scope + request_id_key(msg["id"])
             if action.delay_s > 0:
                 await anyio.sleep(action.delay_s)
             if not action.forward:
@@ -197,8 +191,8 @@ class Relay:
         if resp.header(b"content-type").startswith("text/event-stream"):
             return Reply(resp.status, headers, stream=self._sse(resp, scope, key))
         try:
-            data = await _read_capped(resp.aiter_raw(), self.settings.max_body_bytes)
-        except _TooLarge:
+            data = await resp.read(self.settings.max_body_bytes)
+        except http1.BodyTooLarge:
             data = self._oversized_answer(key, scope)
         except UpstreamError:
             self.interceptor.abandon(key, "rpc_error")
@@ -245,16 +239,6 @@ class Relay:
             rid if isinstance(rid, str | int) else None,
         )
         return error.reply()
-
-    @staticmethod
-    def _key_of(body: bytes, scope: str) -> str | None:
-        try:
-            msg = loads_bounded(body)
-        except ValueError:
-            return None
-        if isinstance(msg, dict) and "method" in msg and "id" in msg:
-            return scope + request_id_key(msg["id"])
-        return None
 
     async def _raw(self, resp: UpstreamResponse) -> AsyncIterator[bytes]:
         try:
