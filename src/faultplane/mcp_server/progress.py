@@ -147,7 +147,7 @@ async def watched(
             raise
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"]  # type: ignore[no-any-return]
+    return outcome["value"]
 
 
 async def watch(ctx: Any, start: Callable[[Listener], Awaitable[T]]) -> T:
