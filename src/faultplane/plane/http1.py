@@ -137,9 +137,10 @@ class _ServerConn(asyncio.Protocol):
             self._fail(400, f"malformed HTTP request: {exc}".encode())
 
     def eof_received(self) -> bool:
-        # A client that half-closes after its request still gets the answer (then the connection closes).
+        # The client closed its side. A half-close cannot be told from a hang-up until a write fails, and an
+        # idle SSE stream never writes: like uvicorn, take it as a hang-up (the handler is cancelled).
         self.eof = True
-        return bool(self.queue or (self.task is not None and not self.task.done()))
+        return False
 
     # --- httptools callbacks ---
 
