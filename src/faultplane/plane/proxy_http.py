@@ -7,6 +7,7 @@ JSON responses are relayed as the bytes received; SSE streams are relayed event 
 rebuilt only when a fault changes its data. GET streams and DELETE pass through untouched.
 
 Because the proxy forwards with its own Host, it checks Host and Origin itself (421 / 403, as the SDK does).
+The HTTP/1.1 on both sides is faultplane.plane.http1 (asyncio + httptools): see there for why.
 """
 
 from __future__ import annotations
