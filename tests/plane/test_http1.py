@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import queue
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import httptools
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from faultplane.plane import http1
 from faultplane.plane.interceptor import Interceptor
@@ -276,3 +282,119 @@ async def test_malformed_requests_wrong_paths_and_methods_get_clear_answers() ->
             (s1, _, _), (s2, h2, _), (s3, _, b3) = await c.responses_until(3)
             assert (s1, s2, h2[b"allow"], s3, b3) == (404, 405, b"GET, POST, DELETE", 200, rpc(2))
         assert [b for _, b in up.requests] == [rpc(2)]
+
+
+# ---- hostile HTTP framing (property-based) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live_proxy() -> Iterator[int]:
+    """The proxy in front of the echoing upstream, on an event loop of its own thread (hypothesis drives
+    plain sockets from the test's thread)."""
+    loop = asyncio.new_event_loop()
+    ready: queue.Queue[int] = queue.Queue()
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        async with proxy_to(keep_alive_echo) as (_, port):
+            ready.put(port)
+            await stop.wait()
+
+    def run() -> None:
+        loop.run_until_complete(main())
+        # the upstream's connection handlers still waiting on their sockets end with the loop
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    yield ready.get(timeout=20)
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(20)
+
+
+def exchange(port: int, data: bytes, wait_s: float = 3.0) -> tuple[int, bytes] | None:
+    """Send `data`, then read one response; None when none came (a request still waiting for its bytes)."""
+    got: dict[str, Any] = {}
+
+    class Sink:
+        def on_body(self, body: bytes) -> None:
+            got["body"] = got.get("body", b"") + body
+
+        def on_message_complete(self) -> None:
+            got["done"] = True
+
+    parser = httptools.HttpResponseParser(Sink())
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        s.sendall(data)
+        try:
+            while "done" not in got:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                parser.feed_data(chunk)
+        except TimeoutError:
+            return None
+    if "done" not in got:
+        return None
+    return parser.get_status_code(), got.get("body", b"")
+
+
+token = st.text(st.characters(codec="latin-1"), max_size=20).map(lambda t: t.encode("latin-1"))
+header_lines = st.lists(
+    st.one_of(
+        st.tuples(token, token).map(lambda kv: kv[0] + b": " + kv[1]),
+        st.sampled_from(
+            [
+                b"content-length: -1",
+                b"content-length: 99999999999999999999999",
+                b"content-length: 5\r\ncontent-length: 6",
+                b"transfer-encoding: chunked\r\ncontent-length: 3",
+                b"transfer-encoding: gzip, chunked",
+                b"host: evil.example",
+                b"origin: http://evil.example",
+                b"expect: 100-continue",
+                b"connection: upgrade\r\nupgrade: websocket",
+                b"x-folded: a\r\n  b",
+            ]
+        ),
+    ),
+    max_size=6,
+)
+request_lines = st.one_of(
+    st.sampled_from(
+        [b"POST /mcp HTTP/1.1", b"GET /mcp HTTP/1.1", b"DELETE /mcp HTTP/1.0", b"POST /mcp HTTP/9.9"]
+    ),
+    st.tuples(token, token, token).map(lambda p: b" ".join(p)),
+)
+bodies = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from([b"5\r\nhello\r\n0\r\n\r\n", b"zz\r\nxx\r\n", b"0\r\n\r\n", rpc(1)]),
+)
+hostile_requests = st.one_of(
+    st.binary(min_size=1, max_size=400),
+    st.tuples(request_lines, header_lines, bodies).map(
+        lambda r: r[0] + b"\r\n" + b"".join(h + b"\r\n" for h in r[1]) + b"\r\n" + r[2]
+    ),
+)
+
+
+@given(data=hostile_requests)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_hostile_http_framing_gets_a_well_formed_answer_and_the_proxy_keeps_serving(
+    live_proxy: int, data: bytes
+) -> None:
+    answered = exchange(live_proxy, data)
+    if answered is not None:
+        status, body = answered
+        assert 100 <= status < 600
+        if status >= 400:
+            json.loads(body)  # every refusal of the proxy's own is JSON
+    after = exchange(
+        live_proxy,
+        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: %d\r\n\r\n%s" % (len(rpc(5)), rpc(5)),
+    )
+    assert after == (200, rpc(5))
