@@ -2,8 +2,9 @@
 
 Runs a tiny MCP server (mcp SDK) as a real subprocess, over stdio and over streamable HTTP, and times
 sequential tools/call round trips from a raw client (line-level for stdio, httpx2 for HTTP), direct and through
-the proxy, both kept open and called in alternating blocks in the same run (so machine drift hits both sides). Prints p50/p99 and the added latency. Target: p50 added < 0.5 ms
-on stdio.
+the proxy, both kept open and called in alternating blocks in the same run (so machine drift hits both sides).
+Prints p50/p99, the added latency and the ratio of proxied to direct p50. Targets: p50 added < 0.5 ms on stdio,
+< 0.3 ms on HTTP (issue #15; the proxy records every call, as it does by default).
 
     python benchmarks/bench_plane_proxy.py [--calls N]
 """
@@ -50,7 +51,7 @@ INIT = {
     },
 }
 PY = sys.executable
-TARGET_STDIO_P50_MS = 0.5
+TARGET_P50_MS = {"stdio": 0.5, "http (json, stateless)": 0.3}
 BLOCK = 50
 
 
@@ -203,21 +204,21 @@ def main() -> int:
         f"plane proxy added latency, empty plan, {args.calls} sequential tools/call per side, interleaved in blocks of {BLOCK} (ms)"
     )
     header = f"{'transport':24} {'direct p50':>10} {'direct p99':>10} {'proxy p50':>10} {'proxy p99':>10} "
-    header += f"{'added p50':>10} {'added p99':>10}  target"
+    header += f"{'added p50':>10} {'added p99':>10} {'ratio p50':>10}  target"
     print(header)
     print("-" * len(header))
     ok = True
     for name, d, p in rows:
         added50 = statistics.median(p) - statistics.median(d)
         added99 = pct(p, 0.99) - pct(d, 0.99)
-        verdict = ""
-        if name == "stdio":
-            passed = added50 < TARGET_STDIO_P50_MS
-            ok &= passed
-            verdict = f"p50 added < {TARGET_STDIO_P50_MS} ms: {'PASS' if passed else 'MISS'}"
+        target = TARGET_P50_MS[name]
+        passed = added50 < target
+        ok &= passed
+        verdict = f"p50 added < {target} ms: {'PASS' if passed else 'MISS'}"
+        ratio = statistics.median(p) / statistics.median(d)
         print(
             f"{name:24} {statistics.median(d):10.3f} {pct(d, 0.99):10.3f} {statistics.median(p):10.3f} "
-            f"{pct(p, 0.99):10.3f} {added50:10.3f} {added99:10.3f}  {verdict}"
+            f"{pct(p, 0.99):10.3f} {added50:10.3f} {added99:10.3f} {ratio:9.2f}x  {verdict}"
         )
     # Informational: a miss is printed, not turned into a failing exit status for the benchmark runner.
     del ok

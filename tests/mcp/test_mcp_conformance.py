@@ -6,6 +6,9 @@ reason (they call fixture tools, resources or prompts the suite expects a test s
 features Faultplane deliberately does not offer); and through the proxy every check, excluded or not, must
 have exactly the status it has directly. The suite and Node 22 come from scripts/install-conformance.sh
 (run by `make test`) into .cache/conformance, or the directory in $FAULTPLANE_CONFORMANCE_DIR. About 25 s.
+
+The stdio server is not run through the suite: its `server` command takes only `--url` (0.2.0-alpha.12 has no
+stdio mode for servers). test_hostile_surfaces.py and test_mcp_malformed.py cover the stdio wire.
 """
 
 from __future__ import annotations

@@ -20,10 +20,11 @@ from typing import Any, TypeVar
 
 import anyio
 
-__all__ = ["WATCH_GRACE_S", "describe", "watch", "watched"]
+__all__ = ["WATCH_GRACE_S", "Listener", "describe", "watch", "watched"]
 
 T = TypeVar("T")
 WATCH_GRACE_S = 60.0  # how long a cancelled request waits for its run's rollbacks and journal
+_LATE_RUNS_S = 3.0  # how long after a cancellation runs that start late are still aborted
 _QUEUE = 256  # events beyond this, unsent yet, are dropped (progress is advisory)
 CANCEL_REASON = "cancelled by the MCP client"
 
@@ -51,12 +52,34 @@ def describe(event: dict[str, Any]) -> str | None:
         )
     if kind == "revert":
         return "reverting faults"
+    if kind == "gameday_run":
+        return f"gameday lane {event.get('lane')}: experiment {event.get('experiment')} starts"
+    if kind == "search_trial":
+        return f"search trial {event.get('trial')}/{event.get('budget')}: {event.get('params')}"
+    if kind == "search_trial_done":
+        state = "breached" if event.get("breached") else "held"
+        return f"search trial {event.get('trial')}: measured {event.get('measured')} {state}"
     return None
+
+
+class Listener:
+    """The `on_event` a watched tool hands its service: engine events in, progress out; `stop_reason`
+    tells a GameDay or a search to start nothing more once the client has cancelled."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None]) -> None:
+        self._send = send
+        self.stopped: str | None = None
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self._send(event)
+
+    def stop_reason(self) -> str | None:
+        return self.stopped
 
 
 async def watched(
     ctx: Any,
-    start: Callable[[Callable[[dict[str, Any]], None]], Awaitable[T]],
+    start: Callable[[Listener], Awaitable[T]],
     *,
     active_runs: Callable[[], list[str]],
     abort_run: Callable[[str, str], bool],
@@ -85,13 +108,14 @@ async def watched(
                 except Exception:  # the client went away: progress is advisory
                     return
 
+    listener = Listener(on_event)
     outcome: dict[str, Any] = {}
     done = anyio.Event()
 
     async def run() -> None:
         try:
             with anyio.CancelScope(shield=True):
-                outcome["value"] = await start(on_event)
+                outcome["value"] = await start(listener)
         except BaseException as exc:
             outcome["error"] = exc
         finally:
@@ -104,17 +128,29 @@ async def watched(
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():
-            for rid in mine or (set(active_runs()) - before):
-                abort_run(rid, CANCEL_REASON)
+            listener.stopped = CANCEL_REASON  # a GameDay or search starts no further run
             with anyio.CancelScope(shield=True), anyio.move_on_after(WATCH_GRACE_S):
+                for rid in mine or (set(active_runs()) - before):
+                    abort_run(rid, CANCEL_REASON)
+                # A lane's run may have passed its stop check but not yet registered when the first
+                # aborts went out: runs new since the request began are aborted again for a short while.
+                aborted = set(mine)
+                for _ in range(int(_LATE_RUNS_S / 0.1)):
+                    for rid in set(active_runs()) - before - aborted:
+                        abort_run(rid, CANCEL_REASON)
+                        aborted.add(rid)
+                    with anyio.move_on_after(0.1):
+                        await done.wait()
+                    if done.is_set():
+                        break
                 await done.wait()
             raise
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"]  # type: ignore[no-any-return]
+    return outcome["value"]
 
 
-async def watch(ctx: Any, start: Callable[[Callable[[dict[str, Any]], None]], Awaitable[T]]) -> T:
+async def watch(ctx: Any, start: Callable[[Listener], Awaitable[T]]) -> T:
     """`watched` with this process's engine registry of runs."""
     from faultplane.engine.lifecycle import abort_run, active_runs
 

@@ -113,8 +113,13 @@ def register(server: Any, cfg: Any = None) -> None:
             # A cancelled request aborts the GameDay's runs, which roll back (see progress.watch).
             analysis = await watch(
                 ctx,
-                lambda _: run_gameday(
-                    _text_source(gameday), variables=variables, store=_store(cfg), dry_run=dry_run
+                lambda listener: run_gameday(
+                    _text_source(gameday),
+                    variables=variables,
+                    store=_store(cfg),
+                    dry_run=dry_run,
+                    on_event=listener,
+                    stop=listener.stop_reason,
                 ),
             )
         except ExperimentError as exc:
@@ -231,7 +236,16 @@ def register(server: Any, cfg: Any = None) -> None:
         try:
             s = with_overrides(load_search_spec(spec), variables=variables)
             # the agent wrote the spec: it never chooses the policy its trials are checked against
-            result = await watch(ctx, lambda _: run_search(s, store=_store(cfg), allow_spec_policy=False))
+            result = await watch(
+                ctx,
+                lambda listener: run_search(
+                    s,
+                    store=_store(cfg),
+                    allow_spec_policy=False,
+                    on_event=listener,
+                    stop=listener.stop_reason,
+                ),
+            )
         except ExperimentError as exc:
             raise ToolError(_issues(exc)) from None
         except ValueError as exc:  # a broken policy file in force: its message names the fix

@@ -103,6 +103,10 @@ class Interceptor:
             msg = loads_bounded(raw)
         except ValueError:
             return PASS  # not ours to judge; the server decides what to do with garbage
+        return self.on_client_message(msg, scope, session)
+
+    def on_client_message(self, msg: Any, scope: str = "", session: str | None = None) -> ClientAction:
+        """`on_client_frame` for a frame the caller has parsed already (the HTTP proxy needs its id too)."""
         if not isinstance(msg, dict):
             return PASS
         method = msg.get("method")

@@ -7,10 +7,12 @@ JSON responses are relayed as the bytes received; SSE streams are relayed event 
 rebuilt only when a fault changes its data. GET streams and DELETE pass through untouched.
 
 Because the proxy forwards with its own Host, it checks Host and Origin itself (421 / 403, as the SDK does).
+The HTTP/1.1 on both sides is faultplane.plane.http1 (asyncio + httptools): see there for why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -18,20 +20,13 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-import httpx2
-import uvicorn
-from starlette.applications import Starlette
-from starlette.background import BackgroundTask
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from faultplane.core.jsonrpc_guard import (
     DEFAULT_MAX_DEPTH,
@@ -41,52 +36,48 @@ from faultplane.core.jsonrpc_guard import (
     loads_bounded,
     too_deep,
 )
+from faultplane.plane import http1
 from faultplane.plane.faults import request_id_key
+from faultplane.plane.http1 import Reply, Request, UpstreamError, UpstreamResponse
 from faultplane.plane.interceptor import Interceptor
 from faultplane.plane.plan import FaultPlan, PlanError, load_plan
 from faultplane.plane.recorder import Recorder
 
-__all__ = ["ProxySettings", "create_app", "main", "serve_http_proxy"]
+__all__ = ["ProxySettings", "Relay", "main", "serve_http_proxy"]
 
 log = logging.getLogger("faultplane.plane")
 
 _HOP_BY_HOP = {
-    "host",
-    "content-length",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "accept-encoding",
+    b"host",
+    b"content-length",
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"te",
+    b"trailer",
+    b"upgrade",
+    b"proxy-authorization",
+    b"proxy-authenticate",
+    b"accept-encoding",
+    b"expect",
 }
-_RESPONSE_DROP = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
+_RESPONSE_DROP = {b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
+_METHODS = ("GET", "POST", "DELETE")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE_SPLIT = re.compile(rb"\r\n|\n|\r")
 _FLUSH_EVERY_S = 1.0
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 INTERNAL_ERROR = -32603
+_JSON = (b"content-type", b"application/json")
 
 
-class _TooLarge(Exception):
-    pass
+def _jsonrpc_error(status: int, error: FrameError) -> Reply:
+    return Reply.json(status, error.reply())
 
 
-async def _read_capped(chunks: AsyncIterator[bytes], cap: int) -> bytes:
-    buf = bytearray()
-    async for chunk in chunks:
-        buf += chunk
-        if len(buf) > cap:
-            raise _TooLarge(bytes(buf[:512]))
-    return bytes(buf)
-
-
-def _jsonrpc_error(status: int, error: FrameError, headers: dict[str, str] | None = None) -> Response:
-    return Response(error.reply(), status_code=status, media_type="application/json", headers=headers)
+def _plain_error(status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> Reply:
+    return Reply.json(status, json.dumps({"error": message}).encode(), headers)
 
 
 @dataclass
@@ -119,29 +110,28 @@ def _origin_ok(origin: str, allowed: list[str]) -> bool:
 
 def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
     # Whitespace around a field value is not part of it (RFC 9110 §5.5): forwarded trimmed, as received.
-    return [
-        (k, v.strip(b" \t")) for k, v in request.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP
-    ]
+    return [(k, v.strip(b" \t")) for k, v in request.headers if k not in _HOP_BY_HOP]
 
 
-def _response_headers(resp: httpx2.Response) -> dict[str, str]:
-    return {k: v for k, v in resp.headers.items() if k.lower() not in _RESPONSE_DROP}
+def _response_headers(resp: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in resp.headers if k not in _RESPONSE_DROP]
 
 
-class _Relay:
-    """One proxy instance: the upstream client, the interceptor, and the reorder gate."""
+class Relay:
+    """One proxy instance: the upstream connections, the interceptor, and the reorder gate."""
 
     def __init__(self, settings: ProxySettings, interceptor: Interceptor, recorder: Recorder | None) -> None:
         self.settings = settings
         self.interceptor = interceptor
         self.recorder = recorder
-        self.client: httpx2.AsyncClient | None = None
+        self.upstream = http1.Upstream(settings.upstream)
         self._exchanges = itertools.count()
-        self._delivered = anyio.Event()  # set (and replaced) each time a response goes out
+        # set (and replaced) each time a response goes out; asyncio's own Event, as the HTTP layer is asyncio
+        self._delivered = asyncio.Event()
 
     def _tick(self) -> None:
         self._delivered.set()
-        self._delivered = anyio.Event()
+        self._delivered = asyncio.Event()
 
     async def _hold(self, hold_s: float) -> None:
         """A reorder: wait for some other response to go out first, or give up after hold_s."""
@@ -149,105 +139,96 @@ class _Relay:
         with anyio.move_on_after(hold_s):
             await gate.wait()
 
-    async def handle(self, request: Request) -> Response:
-        host = request.headers.get("host", "")
-        if not _host_ok(host, self.settings.allowed_hosts):
-            return JSONResponse({"error": "Invalid Host header"}, status_code=421)
-        origin = request.headers.get("origin")
+    async def handle(self, request: Request) -> Reply:
+        if request.path != self.settings.path:
+            return _plain_error(404, "Not Found")
+        if request.method not in _METHODS:
+            return _plain_error(405, "Method Not Allowed", [(b"allow", ", ".join(_METHODS).encode())])
+        if not _host_ok(request.header(b"host") or "", self.settings.allowed_hosts):
+            return _plain_error(421, "Invalid Host header")
+        origin = request.header(b"origin")
         if origin is not None and not _origin_ok(origin, self.settings.allowed_origins):
-            return JSONResponse({"error": "Invalid Origin header"}, status_code=403)
-        assert self.client is not None
+            return _plain_error(403, "Invalid Origin header")
         body = b""
         if request.method == "POST":
-            refused = await self._read_body(request)
-            if isinstance(refused, Response):
+            refused = self._check_body(request)
+            if refused is not None:
                 return refused
-            body = refused
+            body = request.body
         scope = f"x{next(self._exchanges)}:"
         key: str | None = None
-        if body and request.method == "POST":
-            session = request.headers.get("mcp-session-id", "")
-            action = self.interceptor.on_client_frame(body, scope, session)
-            key = self._key_of(body, scope)
+        if body:
+            session = request.header(b"mcp-session-id") or ""
+            try:
+                msg = loads_bounded(body)
+            except ValueError:
+                msg = None  # not ours to judge; the server decides what to do with garbage
+            action = self.interceptor.on_client_message(msg, scope, session)
+            if isinstance(msg, dict) and "method" in msg and "id" in msg:
+                key = scope + request_id_key(msg["id"])
             if action.delay_s > 0:
                 await anyio.sleep(action.delay_s)
             if not action.forward:
-                headers = {}
-                if sid := request.headers.get("mcp-session-id"):
-                    headers["mcp-session-id"] = sid
-                return Response(
+                headers = []
+                if sid := request.header(b"mcp-session-id"):
+                    headers.append((b"mcp-session-id", sid.encode("latin-1")))
+                return Reply(
+                    200 if action.reply else 202,  # 202: a notification the plane consumed
+                    [_JSON, *headers],
                     action.reply or b"",
-                    status_code=200 if action.reply else 202,  # 202: a notification the plane consumed
-                    media_type="application/json",
-                    headers=headers,
-                    background=BackgroundTask(self._tick),
+                    after=self._tick,
                 )
-        url = self.settings.upstream
-        if request.url.query:
-            url = f"{url}?{request.url.query}"
-        upstream_req = self.client.build_request(
-            request.method, url, headers=_forward_headers(request), content=body or None
-        )
         try:
-            resp = await self.client.send(upstream_req, stream=True)
-        except httpx2.HTTPError as exc:
+            resp = await self.upstream.send(request.method, request.query, _forward_headers(request), body)
+        except UpstreamError as exc:
             if key:
                 self.interceptor.abandon(key)
-            return JSONResponse({"error": f"upstream unreachable: {exc}"}, status_code=502)
+            return _plain_error(502, f"upstream unreachable: {exc}")
         headers = _response_headers(resp)
         tracked = key is not None and self.interceptor.has_pending(key)
-        ctype = resp.headers.get("content-type", "")
         if not tracked:
-            return StreamingResponse(self._raw(resp), status_code=resp.status_code, headers=headers)
+            return Reply(resp.status, headers, stream=self._raw(resp))
         assert key is not None
-        if ctype.startswith("text/event-stream"):
-            return StreamingResponse(
-                self._sse(resp, scope, key), status_code=resp.status_code, headers=headers
-            )
+        if resp.header(b"content-type").startswith("text/event-stream"):
+            return Reply(resp.status, headers, stream=self._sse(resp, scope, key))
         try:
-            data = await _read_capped(resp.aiter_raw(), self.settings.max_body_bytes)
-        except _TooLarge:
+            data = await resp.read(self.settings.max_body_bytes)
+        except http1.BodyTooLarge:
             data = self._oversized_answer(key, scope)
+        except UpstreamError:
+            self.interceptor.abandon(key, "rpc_error")
+            return _plain_error(502, "the upstream server closed the connection mid-answer")
         finally:
             await resp.aclose()
         # One HTTP body carries one JSON message, so a duplicate fault has nothing to repeat here.
         answer = self.interceptor.on_server_frame(data, scope, can_duplicate=False)
         self.interceptor.abandon(key, "rpc_error")  # a no-op unless the body did not answer the request
         if not answer.frames:
-            return StreamingResponse(self._never(), status_code=resp.status_code, headers=headers)
+            return Reply(resp.status, headers, stream=self._never())
         if answer.hold_s is not None:
             await self._hold(answer.hold_s)
         out = data if answer.frames[0] is None else answer.frames[0]
-        return Response(
-            out, status_code=resp.status_code, headers=headers, background=BackgroundTask(self._tick)
-        )
+        return Reply(resp.status, headers, out, after=self._tick)
 
-    async def _read_body(self, request: Request) -> bytes | Response:
-        """The request body, or the JSON-RPC error for one too large (413) or nested too deep (400)."""
+    def _check_body(self, request: Request) -> Reply | None:
+        """The JSON-RPC error for a body too large (413) or nested too deep (400); None when it is fine."""
         cap = self.settings.max_body_bytes
-        declared = request.headers.get("content-length", "")
-        head = b""
-        try:
-            if declared.isdigit() and int(declared) > cap:
-                raise _TooLarge(b"")
-            body = await _read_capped(request.stream(), cap)
-        except _TooLarge as exc:
-            head = exc.args[0]
+        if request.too_large:
             error = FrameError(
                 INVALID_REQUEST,
                 f"Invalid Request: body exceeds the proxy's limit of {cap} bytes; fix: send less, or raise "
                 "it with --max-body-bytes",
-                guess_id(head),
+                guess_id(request.body),
             )
             return _jsonrpc_error(413, error)
-        if too_deep(body, self.settings.max_depth):
+        if too_deep(request.body, self.settings.max_depth):
             error = FrameError(
                 INVALID_REQUEST,
                 f"Invalid Request: JSON nested deeper than {self.settings.max_depth} levels",
-                guess_id(body),
+                guess_id(request.body),
             )
             return _jsonrpc_error(400, error)
-        return body
+        return None
 
     def _oversized_answer(self, key: str, scope: str) -> bytes:
         """An error answering the request whose response was larger than the proxy relays."""
@@ -260,20 +241,12 @@ class _Relay:
         )
         return error.reply()
 
-    @staticmethod
-    def _key_of(body: bytes, scope: str) -> str | None:
-        try:
-            msg = loads_bounded(body)
-        except ValueError:
-            return None
-        if isinstance(msg, dict) and "method" in msg and "id" in msg:
-            return scope + request_id_key(msg["id"])
-        return None
-
-    async def _raw(self, resp: httpx2.Response) -> AsyncIterator[bytes]:
+    async def _raw(self, resp: UpstreamResponse) -> AsyncIterator[bytes]:
         try:
             async for chunk in resp.aiter_raw():
                 yield chunk
+        except UpstreamError as exc:
+            log.warning("upstream stream ended early: %s", exc)
         finally:
             await resp.aclose()
 
@@ -283,7 +256,7 @@ class _Relay:
         return
         yield b""  # pragma: no cover - makes this an async generator
 
-    async def _sse(self, resp: httpx2.Response, scope: str, key: str) -> AsyncIterator[bytes]:
+    async def _sse(self, resp: UpstreamResponse, scope: str, key: str) -> AsyncIterator[bytes]:
         buf = b""
         swallowed = False
         skipping = False  # inside an event larger than the limit: its bytes are dropped as they come
@@ -318,6 +291,8 @@ class _Relay:
                 yield buf
             if swallowed:
                 await anyio.sleep(self.settings.timeout_hold_s)
+        except UpstreamError as exc:
+            log.warning("upstream SSE stream ended early: %s", exc)
         finally:
             await resp.aclose()
             self.interceptor.abandon(key)
@@ -352,36 +327,6 @@ class _Relay:
         return out, False, b'"result"' in payload or b'"error"' in payload
 
 
-def create_app(
-    settings: ProxySettings, plan: FaultPlan, *, recorder: Recorder | None = None
-) -> tuple[Starlette, Interceptor]:
-    interceptor = Interceptor(plan, strict=settings.strict, recorder=recorder)
-    relay = _Relay(settings, interceptor, recorder)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        timeout = httpx2.Timeout(30.0, read=None)
-        limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
-        async with httpx2.AsyncClient(timeout=timeout, limits=limits) as client:
-            relay.client = client
-            async with anyio.create_task_group() as tg:
-                if recorder is not None:
-                    tg.start_soon(_flush_periodically, recorder)
-                try:
-                    yield
-                finally:
-                    tg.cancel_scope.cancel()
-                    interceptor.close()
-                    if recorder is not None:
-                        with anyio.CancelScope(shield=True):
-                            await anyio.to_thread.run_sync(lambda: recorder.flush(final=True))
-
-    app = Starlette(
-        routes=[Route(settings.path, relay.handle, methods=["GET", "POST", "DELETE"])], lifespan=lifespan
-    )
-    return app, interceptor
-
-
 async def _flush_periodically(recorder: Recorder) -> None:
     while True:
         await anyio.sleep(_FLUSH_EVERY_S)
@@ -397,48 +342,30 @@ async def serve_http_proxy(
     recorder: Recorder | None = None,
     ready: Any = None,
 ) -> None:
-    """Serve until cancelled. `ready`, if given, is called with the bound port once listening."""
-    app, _ = create_app(settings, plan, recorder=recorder)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
-    server = _Server(config)
-
-    async def stop_on_signal() -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                server.should_exit = True
-                return
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stop_on_signal)
-
-        async def run_server() -> None:
-            await server.serve()
+    """Serve until SIGTERM/SIGINT or cancelled. `ready`, if given, is called with the bound port once
+    listening. Must run on the asyncio backend (the HTTP layer is asyncio protocols)."""
+    interceptor = Interceptor(plan, strict=settings.strict, recorder=recorder)
+    relay = Relay(settings, interceptor, recorder)
+    # The cap also bounds what the HTTP layer buffers of a body before the relay refuses it.
+    server = await http1.serve(relay.handle, host, port, max_body=settings.max_body_bytes)
+    try:
+        async with anyio.create_task_group() as tg:
+            if recorder is not None:
+                tg.start_soon(_flush_periodically, recorder)
+            bound = server.sockets[0].getsockname()[1]
+            if ready is not None:
+                ready(bound)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    break
             tg.cancel_scope.cancel()
-
-        tg.start_soon(run_server)
-        with anyio.fail_after(30):
-            while not server.started:
-                await anyio.sleep(0.01)
-        bound = server.servers[0].sockets[0].getsockname()[1]
-        if ready is not None:
-            ready(bound)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server minus its signal handling: uvicorn re-raises SIGTERM after shutting down, and the
-    proxy wants to finish on its own terms (records flushed, exit status 0)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            server.close()
+            relay.upstream.close()
+            interceptor.close()
+            if recorder is not None:
+                await anyio.to_thread.run_sync(lambda: recorder.flush(final=True))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -529,9 +456,12 @@ def serve(
             flush=True,
         )
 
+    uvloop = http1.install_uvloop()
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(
-            lambda: serve_http_proxy(settings, plan, host=host, port=port, recorder=recorder, ready=ready)
+            lambda: serve_http_proxy(settings, plan, host=host, port=port, recorder=recorder, ready=ready),
+            backend="asyncio",
+            backend_options={"use_uvloop": uvloop is not None},
         )
     return 0
 

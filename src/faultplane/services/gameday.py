@@ -262,10 +262,15 @@ async def run_gameday(
     dry_run: bool = False,
     on_run: Callable[[GameDayRun], None] | None = None,
     journal_dir: Path | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    stop: Callable[[], str | None] | None = None,
 ) -> GameDayAnalysis:
     """Run every lane, store the GameDay and its runs, and return its analysis (score, findings, coverage).
 
     Everything is checked before the first run: the file, every experiment (found, valid, variables known).
+    `on_event` hears each run's engine events, plus a `gameday_run` event as each run starts (MCP progress);
+    once `stop()` returns a reason, no further run starts (each is stored as skipped with that reason) —
+    aborting the runs under way is the caller's part (engine.lifecycle.abort_run).
     """
     from faultplane.core.policy import PolicyError, load_policy
     from faultplane.engine.lifecycle import plan
@@ -336,6 +341,25 @@ async def run_gameday(
         lane: Lane, position: int, item: tuple[Entry, dict[str, Any], str, dict[str, Any], list[str]]
     ) -> GameDayRun:
         _, doc, label, vars_, ids = item
+        reason = stop() if stop is not None else None
+        if reason is not None:
+            skipped = GameDayRun(
+                lane=lane.name,
+                lane_mode=lane.mode,
+                position=position,
+                experiment=label,
+                run_id=None,
+                status="skipped",
+                success=False,
+                compliance=ids,
+                error=f"skipped: {reason}",
+            )
+            runs.append(skipped)
+            if on_run is not None:
+                on_run(skipped)
+            return skipped
+        if on_event is not None:
+            on_event({"event": "gameday_run", "lane": lane.name, "experiment": label, "position": position})
         t_start = offset()
         result = await run_experiment(
             doc,
@@ -344,6 +368,7 @@ async def run_gameday(
             policy_path=policy_path,
             dry_run=dry_run,
             journal_dir=journal_dir,
+            on_event=on_event,
         )
         run = GameDayRun(
             lane=lane.name,

@@ -198,8 +198,9 @@ class TrialResult(BaseModel):
 
 class SearchResult(BaseModel):
     search_id: str
-    status: Literal["completed", "refused", "stopped"] = Field(
-        description="completed: the budget or the breach limit was reached; refused: the policy stopped it"
+    status: Literal["completed", "refused", "stopped", "interrupted"] = Field(
+        description="completed: the budget was spent; stopped: the breach limit was reached; refused: the "
+        "policy stopped it; interrupted: cancelled or aborted before its budget was spent"
     )
     experiment_title: str
     sampler: str
@@ -428,12 +429,17 @@ async def run_search(
     journal_dir: Path | None = None,
     policy_path: str | Path | None = None,
     allow_spec_policy: bool = True,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    stop: Callable[[], str | None] | None = None,
 ) -> SearchResult:
     """Search for the barely-breaching fault parameters. Raises ExperimentError on invalid input.
 
     The policy: `policy_path` (the operator's choice, e.g. `--policy`), else the spec's `policy`, else the one
     in force. A caller that does not trust the spec's author (an MCP agent) passes `allow_spec_policy=False`:
-    a spec naming its own policy file is then refused, so it cannot swap in a laxer one."""
+    a spec naming its own policy file is then refused, so it cannot swap in a laxer one.
+
+    `on_event` hears each trial's engine events plus `search_trial` / `search_trial_done` events (MCP
+    progress); once `stop()` returns a reason no further trial starts and the search ends "interrupted"."""
     import optuna
 
     from faultplane.core.policy import PolicyError, load_policy
@@ -515,12 +521,18 @@ async def run_search(
     started = datetime.now(UTC)
     t0 = anyio.current_time()
     trials: list[TrialResult] = []
-    status: Literal["completed", "refused", "stopped"] = "completed"
+    status: Literal["completed", "refused", "stopped", "interrupted"] = "completed"
     message = ""
     breaches = 0
     for index in range(spec.budget):
+        reason = stop() if stop is not None else None
+        if reason is not None:
+            status, message = "interrupted", f"interrupted before trial {index}: {reason}"
+            break
         ot = study.ask(dists)
         params = dict(ot.params)
+        if on_event is not None:
+            on_event({"event": "search_trial", "trial": index, "budget": spec.budget, "params": params})
         tstart = anyio.current_time()
         try:
             result = await run_experiment(
@@ -529,6 +541,7 @@ async def run_search(
                 store=store,
                 policy_path=policy,
                 journal_dir=journal_dir,
+                on_event=on_event,
             )
         except ExperimentError as exc:
             study.tell(ot, state=optuna.trial.TrialState.FAIL)
@@ -558,6 +571,13 @@ async def run_search(
             trials.append(trial)
             status, message = "refused", f"the policy refused trial {index}: {result.error}"
             break
+        if result.status == "interrupted":
+            # an aborted trial measured nothing worth scoring: the search ends here
+            study.tell(ot, state=optuna.trial.TrialState.FAIL)
+            trial.note = result.error
+            trials.append(trial)
+            status, message = "interrupted", f"trial {index} was interrupted: {result.error}"
+            break
         journal = await anyio.to_thread.run_sync(load_journal, result.run_id, store)
         value, tripped, note = measure(journal, spec.objective, op)
         trial.note = note
@@ -577,6 +597,15 @@ async def run_search(
             trial.fitness = round(fit, 6)
             breaches += breached
         trials.append(trial)
+        if on_event is not None:
+            on_event(
+                {
+                    "event": "search_trial_done",
+                    "trial": index,
+                    "measured": trial.measured,
+                    "breached": trial.breached,
+                }
+            )
         if on_trial is not None:
             on_trial(trial)
         if spec.stop_after_breaches and breaches >= spec.stop_after_breaches:
