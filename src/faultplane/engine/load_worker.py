@@ -191,6 +191,7 @@ class Worker:
 
     def _reset_slot(self) -> None:
         self.acc: dict[int, _Acc] = {}
+        self.refused: Counter[int] = Counter()  # arrivals refused by the bound, awaiting a verdict
         self.s_lag_max = 0.0
 
     def slot_of(self, due: float) -> int:
@@ -198,7 +199,9 @@ class Worker:
         return max(0, int((due - self.t0) / SLOT_S + 1e-5))
 
     def _acc(self, due: float) -> _Acc:
-        k = self.slot_of(due)
+        return self._acc_of(self.slot_of(due))
+
+    def _acc_of(self, k: int) -> _Acc:
         a = self.acc.get(k)
         if a is None:
             a = self.acc[k] = _Acc()
@@ -223,11 +226,13 @@ class Worker:
             return
         if self.in_flight >= self.limit:
             # the bound is reached because answers come back slowly: the service's doing, unless this process
-            # is the one that cannot keep up (its core busy, its loop late), then the generator is behind
+            # is the one that cannot keep up (its core busy, its loop late), then the generator is behind.
+            # Undecided now (the first burst has no CPU figure yet), it is judged when the 100 ms ends, by
+            # what this process did over them
             if self.saturated or lag > REFUSED_LAG_S or self._busy_now(now):
                 acc.behind += 1
             else:
-                acc.overflow += 1
+                self.refused[self.slot_of(due)] += 1
             return
         acc.sent += 1  # issued: on the wire, connecting, or waiting for a connection of the pool
         if self.idle:
@@ -384,6 +389,15 @@ class Worker:
     # ---- reporting ----------------------------------------------------------------------------------------
     def flush(self, slot: int) -> None:
         """Report every scheduled slot that changed since the last frame (`slot`: the 100 ms just ended)."""
+        cpu, wall = _cpu_demand(), time.monotonic()
+        busy = (cpu - self._cpu_at) / max(1e-6, wall - self._wall_at)
+        self.saturated = busy > SATURATED_CPU or self.s_lag_max > SATURATED_LAG_S
+        self._cpu_at, self._wall_at = cpu, wall
+        for k, n in self.refused.items():
+            if self.saturated:
+                self._acc_of(k).behind += n
+            else:
+                self._acc_of(k).overflow += n
         pending: dict[int, list[float]] = {}
         for due in self.pending_dues():
             k = self.slot_of(due)
@@ -416,12 +430,8 @@ class Worker:
             "settled": settled,
             "in_flight": self.in_flight,
             "lag_max": self.s_lag_max,
+            "busy": round(busy, 3),
         }
-        cpu, wall = _cpu_demand(), time.monotonic()
-        busy = (cpu - self._cpu_at) / max(1e-6, wall - self._wall_at)
-        self.saturated = busy > SATURATED_CPU or self.s_lag_max > SATURATED_LAG_S
-        self._cpu_at, self._wall_at = cpu, wall
-        frame["busy"] = round(busy, 3)
         self._reset_slot()
         self.emit(frame)
 
