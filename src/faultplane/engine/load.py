@@ -51,7 +51,6 @@ import anyio
 import anyio.abc
 import numpy as np
 from anyio.streams.buffered import BufferedByteReceiveStream
-from hdrh.histogram import HdrHistogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
@@ -290,9 +289,59 @@ def _buckets_us(lat_ms: Any) -> tuple[Any, Any]:
     return keys, counts.astype(np.int64)
 
 
+def _shift(keys: Any) -> Any:
+    return np.maximum(0, np.floor(np.log2(np.maximum(1, keys))).astype(np.int64) - (_SUB_BUCKET_BITS - 1))
+
+
 def _highest_equivalent(keys: Any) -> Any:
-    shift = np.maximum(0, np.floor(np.log2(keys)).astype(np.int64) - (_SUB_BUCKET_BITS - 1))
-    return keys + (np.int64(1) << shift) - 1
+    return keys + (np.int64(1) << _shift(keys)) - 1
+
+
+_HALF = 1 << (_SUB_BUCKET_BITS - 1)
+# hdrhistogram's counts array for 1 µs .. 1 h at 3 significant digits: 23,552 counters
+_COUNTS_LEN = (math.ceil(math.log2(3_600_000_000)) - _SUB_BUCKET_BITS + 2) * _HALF
+_INDEXES = np.arange(_COUNTS_LEN, dtype=np.int64)
+_LOWEST = (_INDEXES - np.maximum(0, _INDEXES // _HALF - 1) * _HALF) << np.maximum(0, _INDEXES // _HALF - 1)
+
+
+class _Hdr:
+    """The run's latency histogram: hdrhistogram's exact bucket layout (µs, 1 µs .. 1 h, 3 significant
+    digits) and its percentile, min, max and mean definitions, with numpy counts, so recording a frame and
+    reading percentiles are vectorised instead of one Python call per value (they were most of the engine's
+    CPU per request). tests/engine/test_load_generator.py checks it against the `hdrhistogram` package."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(_COUNTS_LEN, dtype=np.int64)
+        self.total = 0
+        self.min_key: int | None = None
+        self.max_key = 0
+
+    def record(self, keys: Any, counts: Any) -> None:
+        """Add (bucket lower bounds in µs, counts)."""
+        if not len(keys):
+            return
+        keys = np.minimum(keys, int(_LOWEST[-1]))
+        shift = _shift(keys)
+        np.add.at(self.counts, shift * _HALF + (keys >> shift), counts)
+        self.total += int(np.sum(counts))
+        lo, hi = int(keys.min()), int(keys.max())
+        self.min_key = lo if self.min_key is None else min(self.min_key, lo)
+        self.max_key = max(self.max_key, hi)
+
+    def percentile(self, q: float) -> int:
+        target = max(1, int(min(q, 100.0) * self.total / 100 + 0.5))
+        i = int(np.searchsorted(np.cumsum(self.counts), target))
+        return int(_highest_equivalent(_LOWEST[i : i + 1])[0])
+
+    def mean(self) -> float:
+        median = _LOWEST + ((np.int64(1) << _shift(_LOWEST)) >> 1)
+        return float(np.dot(self.counts, median)) / self.total if self.total else 0.0
+
+    def min(self) -> int:
+        return self.min_key or 0
+
+    def max(self) -> int:
+        return int(_highest_equivalent(np.array([self.max_key]))[0]) if self.max_key else 0
 
 
 def make_load(
@@ -337,7 +386,7 @@ class LoadGenerator:
         self._slots: dict[int, _Slot] = {}
         self._rows: list[dict[str, Any]] = []
         self._closed_until = 0  # seconds [0, _closed_until) have rows
-        self._hist = HdrHistogram(1, 3_600_000_000, 3)  # microseconds, 1 us .. 1 h
+        self._hist = _Hdr()
         self._status: Counter[int] = Counter()
         self._net: Counter[str] = Counter()
         self._totals: Counter[str] = Counter()
@@ -474,8 +523,7 @@ class LoadGenerator:
                     self._net[kind] += n
                     self._totals["failed_network"] += n
                 if hist is not None:
-                    for v, c in zip(hist[0].tolist(), hist[1].tolist(), strict=True):
-                        self._hist.record_value(v, c)
+                    self._hist.record(*hist)
             self._in_flight[index] = frame["in_flight"]
             self._settled[index] = frame["settled"]
             self._pending[index] = frame["pending"]
@@ -634,21 +682,21 @@ class LoadGenerator:
             else:
                 series = [dict(r) for r in self._rows]
             hist = self._hist
-            count = hist.get_total_count()
+            count = hist.total
 
             def ms(us: float) -> float:
                 return round(us / 1000.0, 3)
 
             latency = (
                 {
-                    "min": ms(hist.get_min_value()),
-                    "mean": ms(hist.get_mean_value()),
-                    "p50": ms(hist.get_value_at_percentile(50)),
-                    "p90": ms(hist.get_value_at_percentile(90)),
-                    "p95": ms(hist.get_value_at_percentile(95)),
-                    "p99": ms(hist.get_value_at_percentile(99)),
-                    "p999": ms(hist.get_value_at_percentile(99.9)),
-                    "max": ms(hist.get_max_value()),
+                    "min": ms(hist.min()),
+                    "mean": ms(hist.mean()),
+                    "p50": ms(hist.percentile(50)),
+                    "p90": ms(hist.percentile(90)),
+                    "p95": ms(hist.percentile(95)),
+                    "p99": ms(hist.percentile(99)),
+                    "p999": ms(hist.percentile(99.9)),
+                    "max": ms(hist.max()),
                 }
                 if count
                 else None
@@ -730,8 +778,8 @@ def _concat(slots: list[_Slot]) -> tuple[Any, Any] | None:
 
 
 def _pct(hist: tuple[Any, Any] | None, q: float) -> float | None:
-    """Nearest-rank percentile of a bucketed histogram: the bucket's highest equivalent value (as hdrhistogram),
-    in ms rounded to the microsecond."""
+    """Percentile of a bucketed histogram as hdrhistogram defines it (the rank rounded to nearest, the bucket's
+    highest equivalent value), in ms rounded to the microsecond."""
     if hist is None:
         return None
     keys, counts = hist
@@ -739,7 +787,7 @@ def _pct(hist: tuple[Any, Any] | None, q: float) -> float | None:
     total = int(cum[-1]) if len(cum) else 0
     if total <= 0:
         return None
-    rank = max(1, math.ceil(q / 100.0 * total))
+    rank = max(1, int(min(q, 100.0) * total / 100 + 0.5))
     i = int(np.searchsorted(cum, rank))
     return round(float(_highest_equivalent(keys[i : i + 1])[0]) / 1000.0, 3)
 
