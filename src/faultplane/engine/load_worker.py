@@ -54,6 +54,11 @@ SATURATED_LAG_S = 0.05
 # are waiting unread as much as the service is slow
 REFUSED_LAG_S = 0.01
 _SWEEP_S = 0.02
+# The shortest sleep before the next arrival. uvloop's timers count whole milliseconds and run a shorter delay
+# at once (call_soon): waiting 0.1 ms for the next of 10,000 arrivals a second spun the worker's core at 100 %
+# however little it sent, starving the service next to it. Arrivals are sent at most ~1 ms late instead, and
+# their latency still counts from their scheduled time (wrk2's timers are milliseconds too).
+_MIN_SLEEP_S = 0.001
 
 
 def _cpu_demand() -> float:
@@ -480,9 +485,9 @@ class Worker:
                 self.next_due = math.inf
                 finished.set()
             else:
-                loop.call_later(max(0.0, due - time.monotonic()), tick)
+                loop.call_later(max(_MIN_SLEEP_S, due - time.monotonic()), tick)
 
-        loop.call_later(max(0.0, state["due"] - time.monotonic()), tick)
+        loop.call_later(max(_MIN_SLEEP_S, state["due"] - time.monotonic()), tick)
         reporter = loop.create_task(self._report(stop))
         try:
             waiter = loop.create_task(stop.wait())
