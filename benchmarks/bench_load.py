@@ -220,8 +220,11 @@ def main() -> int:
             wrk2_runs: list[float] = []
             wrk_runs: list[float] = []
             ac_runs: list[float] = []
+            exp_runs: list[float] = []
             for _ in range(ROUNDS):
                 fp_runs.append(fp_load(url, ASK_MAX, SECONDS)[0])
+                # the same ask as an experiment's `load:`, in the same round: the machine's noise hits both
+                exp_runs.append(fp_in_experiment(url, ASK_MAX, SECONDS, d)["achieved_rate"] or 0.0)
                 if wrk2:
                     out, _ = timed([wrk2, "-t2", "-c50", f"-d{SECONDS}s", f"-R{ASK_MAX}", url])
                     wrk2_runs.append(wrk_rate(out))
@@ -275,7 +278,7 @@ def main() -> int:
                 ac_fixed["cpu"] = cpu.lap()
             # --- in an experiment
             in_exp = fp_in_experiment(url, FIXED_RATE, SECONDS, d)
-            in_exp_max = fp_in_experiment(url, ASK_MAX, SECONDS, d)
+            in_exp_max = statistics.median(exp_runs)
         finally:
             srv.terminate()
             srv.wait(timeout=10)
@@ -366,10 +369,10 @@ def main() -> int:
         f"{in_exp['achieved_rate'] / fp_fixed['achieved_rate']:.2f}",
     )
     row(
-        f"in an experiment, asked {ASK_MAX:,}/s",
-        f"{in_exp_max['achieved_rate']:,.0f}",
+        f"in an experiment, asked {ASK_MAX:,}/s (median of {ROUNDS})",
+        f"{in_exp_max:,.0f}",
         f"{fp_rate:,.0f} alone",
-        f"{in_exp_max['achieved_rate'] / fp_rate:.2f}",
+        f"{in_exp_max / fp_rate:.2f}",
     )
     fs = stall["fp"]
     row(
