@@ -12,7 +12,8 @@ Rows:
   with the stall at 14 s (its measured window then also holds 1 stall in ~10 s).
 
 Peers: nginx and wrk from Debian (`apt-get install -y nginx wrk`: tried when missing and root); wrk2 is not
-packaged: set WRK2=/path/to/wrk2 or put `wrk2` on PATH (`git clone https://github.com/giltene/wrk2 && make`).
+packaged: set WRK2=/path/to/wrk2 or put `wrk2` on PATH (`git clone https://github.com/giltene/wrk2 && make`);
+autocannon from npm: set AUTOCANNON=/path/to/autocannon or put it on PATH (`npm install autocannon`).
 A missing peer's rows are skipped with the reason. The 2 cores may be shared: ratios are of the same run.
 
 Run: `.venv/bin/python benchmarks/bench_load.py` (about 2 minutes).
@@ -178,6 +179,16 @@ def fp_in_experiment(url: str, rate: float, seconds: float, tmp: Path) -> dict:
     return json.loads(journals[-1].read_text())["load"]
 
 
+def ac_run(autocannon: str, url: str, rate: float | None) -> dict[str, Any]:
+    """autocannon (50 connections, closed loop, or `-R rate` overall): its mean req/s and p99 ms."""
+    cmd = [autocannon, "-c", "50", "-d", str(SECONDS), "-j"]
+    if rate is not None:
+        cmd += ["-R", str(int(rate))]
+    out, _ = timed([*cmd, url])
+    data = json.loads(out.strip().splitlines()[-1])
+    return {"rate": float(data["requests"]["average"]), "p99": data["latency"].get("p99")}
+
+
 def row(label: str, fp: str, peer: str, ratio: str = "") -> None:
     print(f"{label:<44}{fp:>22}{peer:>22}{ratio:>8}")
 
@@ -186,10 +197,14 @@ def main() -> int:
     ensure_debian_peers()
     nginx, wrk = shutil.which("nginx"), shutil.which("wrk")
     wrk2 = os.environ.get("WRK2") or shutil.which("wrk2")
+    autocannon = os.environ.get("AUTOCANNON") or shutil.which("autocannon")
     if not nginx:
         print("nginx is not installed (apt-get install -y nginx): load benchmark skipped")
         return 0
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; wrk2: {wrk2 or 'missing'}")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; wrk2: {wrk2 or 'missing'}; "
+        f"autocannon: {autocannon or 'missing'}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         port = free_port()
@@ -204,14 +219,20 @@ def main() -> int:
             fp_runs: list[dict] = []
             wrk2_runs: list[float] = []
             wrk_runs: list[float] = []
+            ac_runs: list[float] = []
+            exp_runs: list[float] = []
             for _ in range(ROUNDS):
                 fp_runs.append(fp_load(url, ASK_MAX, SECONDS)[0])
+                # the same ask as an experiment's `load:`, in the same round: the machine's noise hits both
+                exp_runs.append(fp_in_experiment(url, ASK_MAX, SECONDS, d)["achieved_rate"] or 0.0)
                 if wrk2:
                     out, _ = timed([wrk2, "-t2", "-c50", f"-d{SECONDS}s", f"-R{ASK_MAX}", url])
                     wrk2_runs.append(wrk_rate(out))
                 if wrk:
                     out, _ = timed([wrk, "-t2", "-c50", f"-d{SECONDS}s", url])
                     wrk_runs.append(wrk_rate(out))
+                if autocannon:
+                    ac_runs.append(ac_run(autocannon, url, None)["rate"])
             fp_runs.sort(key=lambda r: r["achieved_rate"] or 0.0)
             fp_max = fp_runs[len(fp_runs) // 2]  # the median run
             results["fp_best"] = fp_runs[-1]["achieved_rate"]
@@ -220,6 +241,8 @@ def main() -> int:
                 results["wrk2_best"] = max(wrk2_runs)
             if wrk_runs:
                 results["wrk_max"] = statistics.median(wrk_runs)
+            if ac_runs:
+                results["ac_max"] = statistics.median(ac_runs)
             # --- k6 through faultplane vs k6 alone, same script
             k6 = k6_binary()
             if k6:
@@ -248,9 +271,14 @@ def main() -> int:
             if wrk2:
                 out, _ = timed([wrk2, "-t2", "-c50", f"-d{SECONDS}s", f"-R{FIXED_RATE}", "--latency", url])
                 wrk2_fixed = (wrk_rate(out), wrk_pct(out, "50.000"), wrk_pct(out, "99.000"), cpu.lap())
+            ac_fixed = None
+            if autocannon:
+                cpu.lap()
+                ac_fixed = ac_run(autocannon, url, FIXED_RATE)
+                ac_fixed["cpu"] = cpu.lap()
             # --- in an experiment
             in_exp = fp_in_experiment(url, FIXED_RATE, SECONDS, d)
-            in_exp_max = fp_in_experiment(url, ASK_MAX, SECONDS, d)
+            in_exp_max = statistics.median(exp_runs)
         finally:
             srv.terminate()
             srv.wait(timeout=10)
@@ -273,6 +301,13 @@ def main() -> int:
             f"{fp_rate:,.0f}",
             f"{results['wrk_max']:,.0f}",
             f"{fp_rate / results['wrk_max']:.2f}",
+        )
+    if "ac_max" in results:
+        row(
+            "max rate req/s (vs autocannon, closed loop)",
+            f"{fp_rate:,.0f}",
+            f"{results['ac_max']:,.0f}",
+            f"{fp_rate / results['ac_max']:.2f}",
         )
     print(
         f"  faultplane asked {ASK_MAX:,}/s: ok {ok:,.0f}/s, errors {fp_max['errors']}, "
@@ -313,6 +348,20 @@ def main() -> int:
         )
     else:
         row(f"fixed {FIXED_RATE:,}/s: achieved", f"{fp_fixed['achieved_rate']:,.0f}", "wrk2 missing")
+    if ac_fixed:
+        row(
+            f"fixed {FIXED_RATE:,}/s vs autocannon -R: achieved",
+            f"{fp_fixed['achieved_rate']:,.0f}",
+            f"{ac_fixed['rate']:,.0f}",
+            f"{fp_fixed['achieved_rate'] / max(1e-9, ac_fixed['rate']):.2f}",
+        )
+        n_ac = max(1.0, ac_fixed["rate"] * SECONDS)
+        row(
+            "  CPU s per 1,000 requests (vs autocannon)",
+            f"{fp_cpu / n_fp * 1000:.3f}",
+            f"{ac_fixed['cpu'] / n_ac * 1000:.3f}",
+            f"{(fp_cpu / n_fp) / (ac_fixed['cpu'] / n_ac):.1f}",
+        )
     row(
         f"in an experiment, {FIXED_RATE:,}/s: achieved",
         f"{in_exp['achieved_rate']:,.0f}",
@@ -320,10 +369,10 @@ def main() -> int:
         f"{in_exp['achieved_rate'] / fp_fixed['achieved_rate']:.2f}",
     )
     row(
-        f"in an experiment, asked {ASK_MAX:,}/s",
-        f"{in_exp_max['achieved_rate']:,.0f}",
+        f"in an experiment, asked {ASK_MAX:,}/s (median of {ROUNDS})",
+        f"{in_exp_max:,.0f}",
         f"{fp_rate:,.0f} alone",
-        f"{in_exp_max['achieved_rate'] / fp_rate:.2f}",
+        f"{in_exp_max / fp_rate:.2f}",
     )
     fs = stall["fp"]
     row(

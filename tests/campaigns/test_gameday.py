@@ -148,3 +148,38 @@ def test_score_components_follow_the_documented_formulas() -> None:
     # impacts: max(0.5, 0.2) -> 0.5; max(0, 0.7) -> 0.3; max(5, 0) -> 0
     assert c["load_impact"] == pytest.approx((0.5 + 0.3 + 0.0) / 3, abs=1e-4)
     assert c["compliance"] == 0.5
+
+
+async def test_adjacent_runs_one_with_a_long_fault_do_not_blame_each_other(
+    demo_url: str, experiments_dir: Path, store: Store, tmp_path: Path
+) -> None:
+    """Run 1 slows every order by 1.5 s until its rollback; run 2 starts right after with no fault. Run 1's
+    last requests are answered up to 1.5 s into run 2's time: they are run 1's, not run 2's."""
+    doc = {
+        "name": "adjacent runs",
+        "load": {"url": "${service_url}/orders", "rate": 20, "timeout_s": 5},
+        "baseline_s": 1,
+        "slo": {"error_rate": 0.01, "latency_p99_ms": 1000, "recovery_seconds": 5},
+        "lanes": [
+            {
+                "name": "one-after-another",
+                "mode": "ordered",
+                "experiments": [
+                    {"experiment": str(experiments_dir / "demo-db-latency.yaml"), "variables": {"ms": ms}}
+                    for ms in (1500, 0)
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "adjacent.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    a = await run_gameday(path, variables={"service_url": demo_url}, store=store)
+    faulty, clean = sorted(a.runs, key=lambda r: r.position)
+    assert faulty.ended_offset_s is not None and clean.started_offset_s is not None
+    assert clean.started_offset_s - faulty.ended_offset_s < 1.0  # adjacent: the slow answers spill over
+    # the fault's requests waited 1.5 s, and they are counted in the faulty run
+    assert faulty.load_p99_ms is not None and faulty.load_p99_ms >= 1400, faulty
+    # the clean run's own requests never met the fault: its p99 is far below it (a wide margin for a busy
+    # machine; counted by answer time, the ~30 spilled 1.5 s answers would put it above 1,400 ms)
+    assert clean.load_p99_ms is not None and clean.load_p99_ms < 750, clean
+    assert clean.load_error_rate == 0.0 and faulty.load_error_rate == 0.0

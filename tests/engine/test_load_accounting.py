@@ -66,6 +66,10 @@ def assert_accounted(s: dict) -> None:
     for key in ("scheduled", "sent", "ok", "failed_status", "failed_network"):
         assert sum(r[key] for r in series) == s[key], key
     assert sum(r["not_sent"] for r in series) == not_sent
+    # ... and every second on its own: a request counts in the second it was scheduled in, whenever answered
+    for r in series:
+        assert r["scheduled"] == r["sent"] + r["not_sent"], r
+        assert r["sent"] == r["ok"] + r["failed_status"] + r["failed_network"], r
 
 
 @pytest.mark.parametrize("connections", [100, 4])
@@ -82,6 +86,10 @@ async def test_a_one_second_stall_every_request_accounted_and_corrected(connecti
     assert s["scheduled"] == 600  # 200/s x 3 s, constant arrivals: the schedule fixes the count
     assert_accounted(s)
     assert s["failed_network"] == 0 and s["failed_status"] == 0 and s["ok"] == s["sent"]
+    # no second lost a request to the stall, nor got another second's late answers: 200 due, 200 answered
+    assert [(r["scheduled"], r["ok"]) for r in s["series"]] == [(200, 200)] * 3, s["series"]
+    # the stalled second carries its own slow answers (a request due in its first half waited >= 500 ms)
+    assert s["series"][1]["p99"] >= 400, s["series"]
     lat = s["latency_ms"]
     # the first arrival after the stall began (due within 5 ms of it) waited out the rest of the stall
     assert lat["max"] >= 990 - 5 - 50, lat  # 50 ms: the server's clock starts at the first arrival, not t0
@@ -191,16 +199,55 @@ def test_workers_stop_when_their_parent_is_killed(tmp_path) -> None:  # type: ig
 
 @pytest.mark.parametrize("duration", [1.5, 2.0])
 async def test_only_the_second_the_load_stopped_in_is_partial(duration: float) -> None:
-    """A whole second is a rate; the second the run ended in is not, and says so. Even a load of whole
-    seconds drains its last answers past its end, so its final row is partial too."""
+    """A whole second is a rate; the second the schedule ended in is not, and says so. A load of whole
+    seconds has no partial row: answers drained after its end count in the seconds they were due in."""
     with stall_server(60, 1) as url:
         gen = LoadGenerator({"url": url, "rate": 50, "duration_s": duration, "timeout_s": 2})
         await gen.run()
     s = gen.summary()
     assert_accounted(s)
     series = s["series"]
-    assert series[-1].get("partial") is True, series
-    whole = series[:-1]
-    assert whole and not any(r.get("partial") for r in whole), series
-    # every whole second holds its 50 arrivals (one may sit on the boundary's other side)
-    assert all(abs(r["scheduled"] - 50) <= 1 for r in whole), series
+    assert len(series) == 2, series
+    assert series[-1].get("partial") is (True if duration % 1 else None), series
+    assert not series[0].get("partial"), series
+    # every second holds exactly the arrivals due in it, the last one its half second's
+    assert [r["scheduled"] for r in series] == [50, 50 if duration == 2.0 else 25], series
+
+
+async def test_gates_see_a_stall_while_it_lasts() -> None:
+    """Mid-stall no answer has come back for the trailing window's requests; they count in its percentiles
+    with the time they have waited so far, so the gate sees the stall now, not when it ends."""
+    with stall_server(0.3, 3.0) as url:
+        gen = LoadGenerator({"url": url, "rate": 100, "timeout_s": 5})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gen.run)
+            await gen.wait_started()
+            while gen.elapsed() < 1.6:
+                await anyio.sleep(0.05)
+            live = gen.snapshot(1.0)
+            tg.cancel_scope.cancel()
+    # the window [>= 0.6 s, now] lies inside the stall (0.3 s .. 3.3 s): its oldest requests have waited
+    # >= 0.5 s, whatever the machine's speed, and none is answered yet
+    assert live["ok"] == 0, live
+    assert live["latency_p99"] is not None and live["latency_p99"] >= 500, live
+    assert_accounted(gen.summary())
+
+
+async def test_adjacent_windows_do_not_blame_each_other() -> None:
+    """GameDay lanes: run A holds a 1 s stall that ends where run B starts; A's requests answered during B's
+    window are A's, and B (which never saw the stall) is not charged for them."""
+    with stall_server(1.0, 1.0) as url:
+        gen = LoadGenerator({"url": url, "rate": 100, "duration_s": 3.5, "timeout_s": 5})
+        await gen.run()
+    s = gen.summary()
+    assert_accounted(s)
+    # the stall runs from ~1.0 s to ~2.0 s after the first request; B starts a little after, at 2.2 s
+    a, b = gen.window(0.0, 2.2), gen.window(2.2, 3.5)
+    assert a["scheduled"] == 220 and b["scheduled"] == 130  # 100/s: the schedule fixes the counts
+    assert a["scheduled"] + b["scheduled"] == s["scheduled"]  # adjacent windows share no request
+    for fig in (a, b):  # each window's requests, each with its own outcome
+        assert fig["ok"] + fig["errors"] == fig["sent"] == fig["scheduled"], fig
+    # A carries its stall: ~50 of its 220 requests waited >= 500 ms
+    assert a["latency_p99"] >= 500, a
+    # B's requests were all due after the stall ended; none of A's ~100 late answers is in it
+    assert b["latency_p99"] < 500, b

@@ -16,8 +16,17 @@ N/s"). `in_flight_limit` (`overflow`): `max_in_flight` requests were outstanding
 Latency (HDR histogram, µs resolution, 3 significant digits) covers the responses, whatever their status;
 network failures (refused, reset, timeout) are counted apart and have no latency.
 
-What is recorded: every frame in 100 ms slots, so `snapshot(window_s)` answers the SLI gates for any trailing
-window; a per-second series for the journal and the report; run totals.
+Every figure is attributed to the 100 ms slot the request was *scheduled* in, never to the one its answer came
+back in: the requests due in a stalled second all stay in that second (answered late, failed or given up), and
+the next second is not blamed for them. A second's row is written once every request due in it has an outcome
+(at most `timeout_s` after it ends), so a row always adds up: `scheduled = sent + not_sent`,
+`sent = ok + failed_status + failed_network`.
+
+What is recorded: per 100 ms slot, the counts and a bucketed latency histogram (HDR buckets, 3 significant
+digits: memory bounded by the number of distinct buckets, not by the request rate), so `snapshot(window_s)`
+answers the SLI gates for any trailing window — a request still unanswered counts there with the time it has
+waited so far, a lower bound, so a stall shows while it lasts; `window(start, end)` gives a finished run's own
+requests; a per-second series for the journal and the report; run totals.
 """
 
 from __future__ import annotations
@@ -42,7 +51,6 @@ import anyio
 import anyio.abc
 import numpy as np
 from anyio.streams.buffered import BufferedByteReceiveStream
-from hdrh.histogram import HdrHistogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic
@@ -51,16 +59,18 @@ __all__ = ["LoadGenerator", "LoadSpec", "make_load", "parse_load_spec", "percent
 
 _SLOT_S = 0.1
 _SLOTS_PER_S = 10
-# a second's row is written this long after it ends: the workers' frames (every 100 ms) have arrived by then
-# even on a busy machine; a later frame joins the next open second
-_ROW_GRACE_S = 0.5
-# Raw latencies older than this are dropped once their second is summarised: a long run keeps bounded memory.
+# a second whose requests a worker cannot vouch for (a frozen or dead worker) is written anyway this long after
+# its requests' timeout: a frame later than that joins the first open second, so the series still adds up
+_ROW_GRACE_S = 2.0
+# Slot histograms older than this are dropped once their second is summarised: a long run keeps bounded memory.
 # Gate windows (`lookback_s`) are at most an hour in the schema but in practice a few seconds.
 RETENTION_S = 900.0
-# ... and at most this many raw latencies (float32: 16 MiB) are kept: at 20,000 req/s, 900 s would be 72 MB in
-# the engine's process; past the cap the oldest seconds keep their counts, and a gate window reaching back
-# that far reads its percentiles from the newer samples it still has
-RETAINED_LATENCIES = 4_000_000
+# ... and at most this many histogram buckets (8 bytes each: 32 MiB) are kept; past the cap the oldest seconds
+# keep their counts, and a gate window reaching back that far reads its percentiles from the newer buckets
+RETAINED_BUCKETS = 4_000_000
+# HDR bucketing with 3 significant digits: values below 2,048 µs are exact, each octave above halves the
+# resolution (relative error under 0.1 %), as hdrhistogram's buckets
+_SUB_BUCKET_BITS = 11
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 
@@ -241,7 +251,8 @@ class _Slot:
     failed_network: int = 0
     behind: int = 0
     overflow: int = 0
-    latencies: list[Any] = field(default_factory=list)  # float32 arrays (ms) of the responses in the slot
+    # (bucket lower bounds in µs, counts) pairs of the responses to the requests due in the slot
+    latencies: list[tuple[Any, Any]] = field(default_factory=list)
 
     @property
     def errors(self) -> int:
@@ -249,7 +260,7 @@ class _Slot:
         # generator was too late to send is not, and is reported apart
         return self.failed_status + self.failed_network + self.overflow
 
-    def add(self, frame: dict[str, Any], lat: Any) -> None:
+    def add(self, frame: dict[str, Any], hist: tuple[Any, Any] | None) -> None:
         self.scheduled += frame["scheduled"]
         self.sent += frame["sent"]
         self.ok += frame["ok"]
@@ -257,8 +268,80 @@ class _Slot:
         self.failed_network += sum(frame["net"].values())
         self.behind += frame["behind"]
         self.overflow += frame["overflow"]
-        if lat is not None and len(lat):
-            self.latencies.append(lat)
+        if hist is not None:
+            self.latencies.append(hist)
+
+    @property
+    def buckets(self) -> int:
+        return sum(len(k) for k, _ in self.latencies)
+
+
+def _bucket_keys(lat_ms: Any) -> Any:
+    """The HDR bucket (its lower bound in µs, 3 significant digits) of each latency in ms."""
+    us = np.maximum(1, np.rint(np.asarray(lat_ms, dtype=np.float64) * 1000.0)).astype(np.int64)
+    shift = np.maximum(0, np.floor(np.log2(us)).astype(np.int64) - (_SUB_BUCKET_BITS - 1))
+    return (us >> shift) << shift
+
+
+def _buckets_us(lat_ms: Any) -> tuple[Any, Any]:
+    """The bucketed histogram (sorted keys, counts) of an array of latencies in ms."""
+    keys, counts = np.unique(_bucket_keys(lat_ms), return_counts=True)
+    return keys, counts.astype(np.int64)
+
+
+def _shift(keys: Any) -> Any:
+    return np.maximum(0, np.floor(np.log2(np.maximum(1, keys))).astype(np.int64) - (_SUB_BUCKET_BITS - 1))
+
+
+def _highest_equivalent(keys: Any) -> Any:
+    return keys + (np.int64(1) << _shift(keys)) - 1
+
+
+_HALF = 1 << (_SUB_BUCKET_BITS - 1)
+# hdrhistogram's counts array for 1 µs .. 1 h at 3 significant digits: 23,552 counters
+_COUNTS_LEN = (math.ceil(math.log2(3_600_000_000)) - _SUB_BUCKET_BITS + 2) * _HALF
+_INDEXES = np.arange(_COUNTS_LEN, dtype=np.int64)
+_LOWEST = (_INDEXES - np.maximum(0, _INDEXES // _HALF - 1) * _HALF) << np.maximum(0, _INDEXES // _HALF - 1)
+
+
+class _Hdr:
+    """The run's latency histogram: hdrhistogram's exact bucket layout (µs, 1 µs .. 1 h, 3 significant
+    digits) and its percentile, min, max and mean definitions, with numpy counts, so recording a frame and
+    reading percentiles are vectorised instead of one Python call per value (they were most of the engine's
+    CPU per request). tests/engine/test_load_generator.py checks it against the `hdrhistogram` package."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(_COUNTS_LEN, dtype=np.int64)
+        self.total = 0
+        self.min_key: int | None = None
+        self.max_key = 0
+
+    def record(self, keys: Any, counts: Any) -> None:
+        """Add (bucket lower bounds in µs, counts)."""
+        if not len(keys):
+            return
+        keys = np.minimum(keys, int(_LOWEST[-1]))
+        shift = _shift(keys)
+        np.add.at(self.counts, shift * _HALF + (keys >> shift), counts)
+        self.total += int(np.sum(counts))
+        lo, hi = int(keys.min()), int(keys.max())
+        self.min_key = lo if self.min_key is None else min(self.min_key, lo)
+        self.max_key = max(self.max_key, hi)
+
+    def percentile(self, q: float) -> int:
+        target = max(1, int(min(q, 100.0) * self.total / 100 + 0.5))
+        i = int(np.searchsorted(np.cumsum(self.counts), target))
+        return int(_highest_equivalent(_LOWEST[i : i + 1])[0])
+
+    def mean(self) -> float:
+        median = _LOWEST + ((np.int64(1) << _shift(_LOWEST)) >> 1)
+        return float(np.dot(self.counts, median)) / self.total if self.total else 0.0
+
+    def min(self) -> int:
+        return self.min_key or 0
+
+    def max(self) -> int:
+        return int(_highest_equivalent(np.array([self.max_key]))[0]) if self.max_key else 0
 
 
 def make_load(
@@ -303,11 +386,14 @@ class LoadGenerator:
         self._slots: dict[int, _Slot] = {}
         self._rows: list[dict[str, Any]] = []
         self._closed_until = 0  # seconds [0, _closed_until) have rows
-        self._hist = HdrHistogram(1, 3_600_000_000, 3)  # microseconds, 1 us .. 1 h
+        self._hist = _Hdr()
         self._status: Counter[int] = Counter()
         self._net: Counter[str] = Counter()
         self._totals: Counter[str] = Counter()
         self._in_flight: dict[int, int] = {}
+        # per worker: the first scheduled slot that may still change, and its unanswered requests per slot
+        self._settled: dict[int, int] = {}
+        self._pending: dict[int, dict[int, tuple[int, float]]] = {}
         self._lag_max = 0.0
         self._t0: float | None = None  # monotonic start (one clock for every process on the machine)
         self._t0_wall: float | None = None
@@ -360,16 +446,20 @@ class LoadGenerator:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                # the schedule ends here (or at its duration): later answers drain, nothing more is due
+                sched_end = time.monotonic()
                 await self._stop(procs)
                 if self._t0 == math.inf:
                     self._t0 = time.monotonic()
                 if self._t_end is None:
                     self._t_end = time.monotonic()
                 with self._lock:
-                    span = self._t_end - self._t0
-                    rows = self._close_seconds(math.ceil(span))
+                    span = min(sched_end - self._t0, self.spec.duration_s or math.inf)
+                    # a worker may have sent an arrival due just after the stop it had not read yet
+                    last = max((k // _SLOTS_PER_S + 1 for k in self._slots), default=0)
+                    rows = self._close_seconds(max(math.ceil(span - 1e-6), last))
                     if self._rows and self._rows[-1]["t"] + 1 > span + 1e-3:
-                        # the run stopped inside this second: its figures cover less than a second
+                        # the schedule stopped inside this second: its figures cover less than a second
                         self._rows[-1]["partial"] = True
                 self._emit(rows)
 
@@ -413,45 +503,49 @@ class LoadGenerator:
             await proc.close()
 
     def _ingest(self, index: int, frame: dict[str, Any]) -> None:
-        lat = np.frombuffer(frame["lat"], dtype=np.float32) if frame["lat"] else None
         with self._lock:
-            # a frame later than its second's summary (a descheduled worker) joins the first open second, so
-            # the series always adds up to the totals
-            slot_id = max(frame["slot"], self._closed_until * _SLOTS_PER_S)
-            slot = self._slots.get(slot_id)
-            if slot is None:
-                slot = self._slots[slot_id] = _Slot()
-            slot.add(frame, lat)
-            for key in _FIGURES:
-                if key in ("failed_status", "failed_network"):
-                    continue
-                self._totals[key] += frame[key]
-            for code, n in frame["status"].items():
-                self._status[int(code)] += n
-                self._totals["failed_status"] += n
-            for kind, n in frame["net"].items():
-                self._net[kind] += n
-                self._totals["failed_network"] += n
+            for k, part in frame["slots"].items():
+                lat = np.frombuffer(part["lat"], dtype=np.float32) if part["lat"] else None
+                hist = _buckets_us(lat) if lat is not None and len(lat) else None
+                # a slot whose second was written already (a worker frozen past the grace) joins the first
+                # open second, so the series always adds up to the totals
+                slot_id = max(k, self._closed_until * _SLOTS_PER_S)
+                slot = self._slots.get(slot_id)
+                if slot is None:
+                    slot = self._slots[slot_id] = _Slot()
+                slot.add(part, hist)
+                for key in ("scheduled", "sent", "ok", "behind", "overflow"):
+                    self._totals[key] += part[key]
+                for code, n in part["status"].items():
+                    self._status[int(code)] += n
+                    self._totals["failed_status"] += n
+                for kind, n in part["net"].items():
+                    self._net[kind] += n
+                    self._totals["failed_network"] += n
+                if hist is not None:
+                    self._hist.record(*hist)
             self._in_flight[index] = frame["in_flight"]
+            self._settled[index] = frame["settled"]
+            self._pending[index] = frame["pending"]
             self._lag_max = max(self._lag_max, frame["lag_max"])
-            if lat is not None and len(lat):
-                # one histogram call per distinct value (3 significant digits: few), not one per response
-                values, counts = np.unique(
-                    np.maximum(1, np.rint(lat * 1000.0)).astype(np.int64), return_counts=True
-                )
-                for v, c in zip(values.tolist(), counts.tolist(), strict=True):
-                    self._hist.record_value(v, c)
+
+    def _settled_until(self) -> int:
+        """Seconds before this one have every request of theirs settled, by every worker's last frame."""
+        if len(self._settled) < self.workers:
+            return 0
+        return min(self._settled.values()) // _SLOTS_PER_S
 
     async def _ticker(self) -> None:
         assert self._t0 is not None
-        second = 1
         while True:
-            # a second is summarised once its last frames had time to arrive (workers report every 100 ms)
-            await anyio.sleep(max(0.0, self._t0 + second + _ROW_GRACE_S - time.monotonic()))
+            await anyio.sleep(_SLOT_S)
+            now = time.monotonic() - self._t0
+            # a second is written once every worker vouches that each request due in it has its outcome; one
+            # that cannot (frozen, dead) holds it back at most until the requests' timeout and a grace are over
+            stale = int(now - self.spec.timeout_s - self.spec.max_lag_s - _ROW_GRACE_S)
             with self._lock:
-                rows = self._close_seconds(int(time.monotonic() - _ROW_GRACE_S - self._t0))
+                rows = self._close_seconds(min(int(now), max(self._settled_until(), stale)))
             self._emit(rows)
-            second = max(second + 1, self._closed_until + 1)
 
     def _emit(self, rows: list[dict[str, Any]]) -> None:
         if self.on_second is None:
@@ -483,14 +577,14 @@ class LoadGenerator:
             "in_flight": self.in_flight,
         }
 
+    def _present(self, sec: int) -> list[_Slot]:
+        return [s for k in range(_SLOTS_PER_S) if (s := self._slots.get(sec * _SLOTS_PER_S + k)) is not None]
+
     def _close_seconds(self, until: int) -> list[dict[str, Any]]:
-        """Summarise every second before `until` not yet summarised; drop raw data past the retention."""
+        """Summarise every second before `until` not yet summarised; drop histograms past the retention."""
         rows = []
         for sec in range(self._closed_until, max(self._closed_until, until)):
-            present = [
-                s for k in range(_SLOTS_PER_S) if (s := self._slots.get(sec * _SLOTS_PER_S + k)) is not None
-            ]
-            row = self._row(sec, present)
+            row = self._row(sec, self._present(sec))
             self._rows.append(row)
             rows.append(row)
         self._closed_until = max(self._closed_until, until)
@@ -498,12 +592,12 @@ class LoadGenerator:
         if horizon > 0:
             for slot_id in [s for s in self._slots if s < horizon]:
                 del self._slots[slot_id]
-        kept = sum(len(a) for slot in self._slots.values() for a in slot.latencies)
+        kept = sum(slot.buckets for slot in self._slots.values())
         for slot_id in sorted(self._slots):
-            if kept <= RETAINED_LATENCIES or slot_id >= self._closed_until * _SLOTS_PER_S:
+            if kept <= RETAINED_BUCKETS or slot_id >= self._closed_until * _SLOTS_PER_S:
                 break
             slot = self._slots[slot_id]
-            kept -= sum(len(a) for a in slot.latencies)
+            kept -= slot.buckets
             slot.latencies.clear()
         return rows
 
@@ -515,27 +609,46 @@ class LoadGenerator:
         return max(0.0, end - self._t0)
 
     def snapshot(self, window_s: float = 1.0) -> dict[str, float | None]:
-        """Figures over the trailing `window_s` seconds (100 ms granularity); see the `LoadFigures` protocol."""
+        """Figures of the requests scheduled in the trailing `window_s` seconds (100 ms granularity); see the
+        `LoadFigures` protocol. A request of the window not answered yet counts in the latency percentiles with
+        the time it has waited so far (a lower bound), so a stall shows while it lasts."""
         elapsed = self.elapsed()
         window = min(max(window_s, _SLOT_S), RETENTION_S)
         return self._figures(
-            int(max(0.0, elapsed - window) / _SLOT_S), int(elapsed / _SLOT_S), min(window, elapsed)
+            int(max(0.0, elapsed - window) / _SLOT_S),
+            int(elapsed / _SLOT_S),
+            min(window, elapsed),
+            waiting_at=elapsed if self._t_end is None else None,
         )
 
     def window(self, start_s: float, end_s: float) -> dict[str, float | None]:
-        """Figures of the requests scheduled between `start_s` and `end_s` seconds into the load (100 ms slots),
-        whenever they were answered: a run's own traffic, asked for once the load has stopped. A request
-        scheduled in another run's window is not counted."""
-        first, last = (
-            int(max(0.0, start_s) / _SLOT_S),
-            max(int(max(0.0, start_s) / _SLOT_S), int(end_s / _SLOT_S)),
-        )
+        """Figures of the requests scheduled between `start_s` and `end_s` seconds into the load, whenever they
+        were answered: a run's own traffic, asked for once the load has stopped. A 100 ms slot belongs to the
+        window holding its middle, so adjacent windows share no request and blame none of each other's."""
+        first = max(0, math.ceil(start_s / _SLOT_S - 0.5))
+        last = max(first, math.ceil(end_s / _SLOT_S - 0.5)) - 1
         return self._figures(first, last, max(_SLOT_S, end_s - start_s))
 
-    def _figures(self, first: int, last: int, covered: float) -> dict[str, float | None]:
+    def _figures(
+        self, first: int, last: int, covered: float, waiting_at: float | None = None
+    ) -> dict[str, float | None]:
         with self._lock:
             present = [s for k in range(first, last + 1) if (s := self._slots.get(k)) is not None]
-            lat = _concat(present)
+            parts = [h for s in present for h in s.latencies]
+            if waiting_at is not None:
+                waits = [
+                    (waiting_at - off, n)
+                    for pending in self._pending.values()
+                    for k, (n, off) in pending.items()
+                    if first <= k <= last and waiting_at > off
+                ]
+                if waits:
+                    keys, inverse = np.unique(
+                        _bucket_keys(np.array([w for w, _ in waits]) * 1000.0), return_inverse=True
+                    )
+                    counts = np.bincount(inverse, weights=[n for _, n in waits]).astype(np.int64)
+                    parts.append((keys, counts))
+            lat = _merge(parts)
             figures = {key: sum(getattr(s, key) for s in present) for key in _FIGURES}
             errors = sum(s.errors for s in present)
         ok = figures["ok"]
@@ -559,35 +672,31 @@ class LoadGenerator:
         elapsed = self.elapsed()
         with self._lock:
             if self._t_end is None and self._t0 not in (None, math.inf):
-                # a live summary includes the second in progress without closing it
-                sec = int(elapsed)
-                present = [
-                    s
-                    for k in range(_SLOTS_PER_S)
-                    if sec >= self._closed_until
-                    and (s := self._slots.get(sec * _SLOTS_PER_S + k)) is not None
+                # a live summary includes the seconds not written yet (requests still out, or the second in
+                # progress), marked partial, without closing them
+                series = [dict(r) for r in self._rows] + [
+                    {**self._row(sec, present), "partial": True}
+                    for sec in range(self._closed_until, int(elapsed) + 1)
+                    if (present := self._present(sec))
                 ]
-                series = [dict(r) for r in self._rows] + (
-                    [{**self._row(sec, present), "partial": True}] if present else []
-                )
             else:
                 series = [dict(r) for r in self._rows]
             hist = self._hist
-            count = hist.get_total_count()
+            count = hist.total
 
             def ms(us: float) -> float:
                 return round(us / 1000.0, 3)
 
             latency = (
                 {
-                    "min": ms(hist.get_min_value()),
-                    "mean": ms(hist.get_mean_value()),
-                    "p50": ms(hist.get_value_at_percentile(50)),
-                    "p90": ms(hist.get_value_at_percentile(90)),
-                    "p95": ms(hist.get_value_at_percentile(95)),
-                    "p99": ms(hist.get_value_at_percentile(99)),
-                    "p999": ms(hist.get_value_at_percentile(99.9)),
-                    "max": ms(hist.get_max_value()),
+                    "min": ms(hist.min()),
+                    "mean": ms(hist.mean()),
+                    "p50": ms(hist.percentile(50)),
+                    "p90": ms(hist.percentile(90)),
+                    "p95": ms(hist.percentile(95)),
+                    "p99": ms(hist.percentile(99)),
+                    "p999": ms(hist.percentile(99.9)),
+                    "max": ms(hist.max()),
                 }
                 if count
                 else None
@@ -653,18 +762,34 @@ class LoadGenerator:
             }
 
 
-def _concat(slots: list[_Slot]) -> Any:
-    parts = [a for s in slots for a in s.latencies]
+def _merge(parts: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
+    """One (sorted bucket keys, counts) histogram of several (each sorted)."""
     if not parts:
         return None
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if len(parts) == 1:
+        return parts[0]
+    keys, inverse = np.unique(np.concatenate([k for k, _ in parts]), return_inverse=True)
+    counts = np.bincount(inverse, weights=np.concatenate([c for _, c in parts])).astype(np.int64)
+    return keys, counts
 
 
-def _pct(lat: Any, q: float) -> float | None:
-    """Nearest-rank percentile (as `percentile`) of a float32 array, in ms rounded to the microsecond."""
-    if lat is None or not len(lat):
+def _concat(slots: list[_Slot]) -> tuple[Any, Any] | None:
+    return _merge([h for s in slots for h in s.latencies])
+
+
+def _pct(hist: tuple[Any, Any] | None, q: float) -> float | None:
+    """Percentile of a bucketed histogram as hdrhistogram defines it (the rank rounded to nearest, the bucket's
+    highest equivalent value), in ms rounded to the microsecond."""
+    if hist is None:
         return None
-    return round(float(np.percentile(lat, q, method="inverted_cdf")), 3)
+    keys, counts = hist
+    cum = np.cumsum(counts)
+    total = int(cum[-1]) if len(cum) else 0
+    if total <= 0:
+        return None
+    rank = max(1, int(min(q, 100.0) * total / 100 + 0.5))
+    i = int(np.searchsorted(cum, rank))
+    return round(float(_highest_equivalent(keys[i : i + 1])[0]) / 1000.0, 3)
 
 
 class _WorkerProc:

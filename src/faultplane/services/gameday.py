@@ -428,10 +428,9 @@ async def run_gameday(
             baseline = {k: snap.get(k) for k in ("error_rate", "latency_p99", "throughput")}
             try:
                 await lanes()
-                # the last run's requests still in flight, and the workers' last frames, arrive before the
-                # load stops: each run's figures then count every request scheduled in its own window
-                await anyio.sleep(min(float(getattr(generator.spec, "timeout_s", 1.0) or 1.0), 2.0) + 0.3)
             finally:
+                # stopping waits for the requests in flight (each bounded by its timeout): every request
+                # scheduled in a run's window then has its outcome, counted in that window
                 tg.cancel_scope.cancel()
         for run in runs:
             if run.started_offset_s is not None and run.ended_offset_s is not None:
