@@ -52,11 +52,13 @@ def _wait_sql(dsn: str, query: str, want: object, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
-        with contextlib.suppress(psycopg.OperationalError):
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as c:
-                last = c.execute(query).fetchone()[0]  # type: ignore[index]
-                if last == want:
-                    return
+        with (
+            contextlib.suppress(psycopg.OperationalError),
+            psycopg.connect(dsn, autocommit=True, connect_timeout=2) as c,
+        ):
+            last = c.execute(query).fetchone()[0]  # type: ignore[index]
+        if last == want:
+            return
         time.sleep(0.1)
     raise AssertionError(f"{query} on {dsn}: {last!r}, wanted {want!r}")
 
@@ -200,9 +202,15 @@ async def test_failover_promotes_the_replica_and_rollback_rejoins_it(pair: Pair)
 
 async def test_failover_refuses_a_pair_that_is_not_one(pair: Pair, postgres_server) -> None:  # type: ignore[no-untyped-def]
     ctx = ActivityContext(run_id="fo-bad")
-    args = {"primary_dsn": pair.primary, "replica_dsn": pair.replica, "replica_data_dir": str(pair.replica_dir)}
+    args = {
+        "primary_dsn": pair.primary,
+        "replica_dsn": pair.replica,
+        "replica_data_dir": str(pair.replica_dir),
+    }
     failover = get_activity("postgres", "failover")
-    with pytest.raises(DriverError, match=r"^replica_dsn: .* is not a replica of .*system identifiers differ"):
+    with pytest.raises(
+        DriverError, match=r"^replica_dsn: .* is not a replica of .*system identifiers differ"
+    ):
         await failover.invoke(ctx, {**args, "primary_dsn": postgres_server.dsn})
     with pytest.raises(DriverError, match=r"^replica_dsn: the server at .* is not a replica"):
         await failover.invoke(ctx, {**args, "replica_dsn": pair.primary})
