@@ -1035,3 +1035,101 @@ async def failover(ctx: ActivityContext, p: FailoverParams) -> dict[str, Any]:
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["reverted_after_s"] = p.duration_seconds
     return result
+
+
+# --- statement errors -----------------------------------------------------------------------------------------
+
+# SQLSTATEs an application must handle; each is raised exactly as the server would raise the real error.
+_SQLSTATES = {
+    "40001": "could not serialize access due to concurrent update",
+    "40P01": "deadlock detected",
+    "55P03": "could not obtain lock on row",
+    "57014": "canceling statement due to statement timeout",
+    "53100": "could not extend file: No space left on device",
+    "53200": "out of memory",
+    "57P01": "terminating connection due to administrator command",
+    "XX000": "internal error",
+}
+
+
+@revert_recipe("postgres", "drop_error_trigger")
+def _recipe_drop_error_trigger(args: dict[str, Any]) -> None:
+    table = sql.Identifier(*args["table"].split(".", 1))
+    with _connect(args["dsn"]) as conn, conn.transaction():
+        conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(args["name"]), table))
+        conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(args["name"])))
+
+
+class StatementErrorsParams(_Dsn):
+    table: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$",
+        description="the table whose writes fail, optionally schema-qualified",
+    )
+    operations: list[Literal["INSERT", "UPDATE", "DELETE", "TRUNCATE"]] = Field(
+        default=["INSERT", "UPDATE", "DELETE"], min_length=1
+    )
+    percent: float = Field(default=100, gt=0, le=100, description="share of statements that fail")
+    sqlstate: Literal["40001", "40P01", "55P03", "57014", "53100", "53200", "57P01", "XX000"] = Field(
+        default="40001",
+        description="the error raised: 40001 serialization failure, 40P01 deadlock detected, 55P03 lock not "
+        "available, 57014 statement timeout, 53100 disk full, 53200 out of memory, 57P01 admin shutdown, "
+        "XX000 internal error",
+    )
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+@action("postgres", "statement_errors", StatementErrorsParams, fault_type="error")
+async def statement_errors(ctx: ActivityContext, p: StatementErrorsParams) -> dict[str, Any]:
+    """Make ``percent`` of the writes (``operations``) to ``table`` fail with ``sqlstate``, the way the server
+    reports a serialization failure, a deadlock, a lock timeout, a full disk...: a statement-level BEFORE
+    trigger of Faultplane's raises it, so the statement and its transaction are rolled back and the client
+    gets that SQLSTATE. Rollback drops the trigger and its function. Needs the table's owner or a superuser."""
+    name = f"faultplane_err_{uuid.uuid4().hex[:10]}"
+    table = sql.Identifier(*p.table.split(".", 1))
+    message = f"{_SQLSTATES[p.sqlstate]} (injected by faultplane)"
+    function = sql.SQL(
+        "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $fp$ BEGIN "
+        "IF random() * 100 < {} THEN RAISE EXCEPTION USING ERRCODE = {}, MESSAGE = {}; END IF; "
+        "RETURN NULL; END $fp$"
+    ).format(sql.Identifier(name), sql.Literal(p.percent), sql.Literal(p.sqlstate), sql.Literal(message))
+    trigger = sql.SQL("CREATE TRIGGER {} BEFORE {} ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()").format(
+        sql.Identifier(name),
+        sql.SQL(" OR ").join(sql.SQL(op) for op in p.operations),
+        table,
+        sql.Identifier(name),
+    )
+
+    conn = await anyio.to_thread.run_sync(lambda: _connect(p.dsn))  # unreachable: nothing applied, no lease
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: drop error trigger {name} on {p.table}",
+        driver="postgres",
+        revert="drop_error_trigger",
+        args={"dsn": p.dsn, "table": p.table, "name": name},
+    )
+
+    def apply() -> None:
+        with conn, conn.transaction():  # both or neither
+            conn.execute(function)
+            conn.execute(trigger)
+
+    try:
+        await anyio.to_thread.run_sync(apply)
+    except psycopg.Error as exc:
+        from faultplane.drivers.leases import withdraw
+
+        withdraw(ctx, entry)  # the transaction rolled back: nothing was created
+        raise DriverError(f"table: cannot add an error trigger to {p.table!r}: {str(exc).strip()}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {
+        "table": p.table,
+        "trigger": name,
+        "sqlstate": p.sqlstate,
+        "percent": p.percent,
+        "operations": p.operations,
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["removed_after_s"] = p.duration_seconds
+    return result
