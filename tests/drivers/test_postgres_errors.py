@@ -94,3 +94,42 @@ async def test_a_missing_table_is_refused_and_leaves_nothing(postgres_server) ->
         assert c.execute(
             "SELECT count(*) FROM pg_proc WHERE proname LIKE 'faultplane_err_%%'"
         ).fetchone() == (0,)
+
+
+def _deadlocks(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pg_stat_clear_snapshot()")
+        row = c.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_deadlock_is_a_real_one_the_server_counts(postgres_server, table: str) -> None:  # type: ignore[no-untyped-def]
+    dsn = postgres_server.dsn
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"INSERT INTO {table} (v) VALUES (2)")
+    before = _deadlocks(dsn)
+    ctx = ActivityContext(run_id="dl")
+    out = await get_activity("postgres", "deadlock").invoke(ctx, {"dsn": dsn, "table": table, "rounds": 2})
+    assert out["deadlocks"] == 2 and out["outcomes"] == ["deadlock", "deadlock"]
+    # The server's own statistics count them (flushed by the backends shortly after).
+    deadline = anyio.current_time() + 30
+    while _deadlocks(dsn) < before + 2 and anyio.current_time() < deadline:
+        await anyio.sleep(0.2)
+    assert _deadlocks(dsn) >= before + 2
+    assert ctx.reverts == [] and leases.list_leases() == []
+    with psycopg.connect(dsn, autocommit=True) as c:  # no session of the fault is left
+        assert c.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'faultplane-deadlock-%'"
+        ).fetchone() == (0,)
+        c.execute("SET lock_timeout = '2s'")
+        c.execute(f"UPDATE {table} SET v = v + 1")  # no row lock outlives the action
+
+
+async def test_deadlock_needs_two_rows_and_leaves_nothing(postgres_server, table: str) -> None:  # type: ignore[no-untyped-def]
+    ctx = ActivityContext(run_id="dl-bad")
+    with pytest.raises(DriverError, match=rf"^table: '{table}' has fewer than two rows"):
+        await get_activity("postgres", "deadlock").invoke(ctx, {"dsn": postgres_server.dsn, "table": table})
+    assert ctx.reverts == [] and leases.list_leases() == []

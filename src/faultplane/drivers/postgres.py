@@ -1133,3 +1133,95 @@ async def statement_errors(ctx: ActivityContext, p: StatementErrorsParams) -> di
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["removed_after_s"] = p.duration_seconds
     return result
+
+
+# --- real deadlocks -------------------------------------------------------------------------------------------
+
+
+class DeadlockParams(_Dsn):
+    table: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$",
+        description="a table with at least two rows; two of them are locked in opposite orders",
+    )
+    rounds: int = Field(default=1, ge=1, le=100, description="deadlocks to cause, one after the other")
+
+
+def _deadlock_round(
+    a: psycopg.Connection[Any], b: psycopg.Connection[Any], table: sql.Composable, rows: list[Any]
+) -> str:
+    lock = sql.SQL("SELECT 1 FROM {} WHERE ctid = %s FOR UPDATE").format(table)
+    errors: list[str] = []
+
+    def second(conn: psycopg.Connection[Any], row: Any) -> None:
+        try:
+            conn.execute(lock, [row])
+        except psycopg.errors.DeadlockDetected:
+            errors.append("deadlock")
+        except psycopg.Error as exc:
+            errors.append(f"{type(exc).__name__}: {str(exc).strip()}")
+
+    for conn in (a, b):
+        conn.execute("BEGIN")
+    a.execute(lock, [rows[0]])
+    b.execute(lock, [rows[1]])
+    # Each now waits for the row the other holds: the server's deadlock detector (after deadlock_timeout)
+    # aborts one of them, and the other gets its row.
+    t = threading.Thread(target=second, args=(a, rows[1]))
+    t.start()
+    time.sleep(0.05)
+    second(b, rows[0])
+    t.join()
+    for conn in (a, b):
+        conn.execute("ROLLBACK")
+    return errors[0] if errors else "no deadlock"
+
+
+@action("postgres", "deadlock", DeadlockParams, fault_type="error")
+async def deadlock(ctx: ActivityContext, p: DeadlockParams) -> dict[str, Any]:
+    """Cause ``rounds`` real deadlocks: two sessions of Faultplane's each lock one of two rows of ``table``
+    (``SELECT … FOR UPDATE``) and then ask for the other's. The server's deadlock detector aborts one after
+    ``deadlock_timeout`` (``deadlocks`` in pg_stat_database counts it, the log shows "deadlock detected");
+    meanwhile the application's writes to those two rows wait. Nothing outlives the action; the lease ends
+    the two sessions if the controller dies mid-round."""
+    tag = _tag("deadlock")
+    table = sql.Identifier(*p.table.split(".", 1))
+
+    def prepare() -> tuple[list[psycopg.Connection[Any]], list[Any]]:
+        conns = [_connect(p.dsn, application_name=tag) for _ in range(2)]
+        try:
+            rows = [r[0] for r in conns[0].execute(sql.SQL("SELECT ctid FROM {} LIMIT 2").format(table))]
+        except psycopg.Error as exc:
+            for c in conns:
+                c.close()
+            raise DriverError(f"table: cannot read {p.table!r}: {str(exc).strip()}") from None
+        if len(rows) < 2:
+            for c in conns:
+                c.close()
+            raise DriverError(f"table: {p.table!r} has fewer than two rows; a deadlock needs two")
+        return conns, rows
+
+    conns, rows = await anyio.to_thread.run_sync(prepare)  # nothing locked yet: a failure leaves no lease
+    with _held_lock:
+        _held[tag] = conns
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: end the deadlock sessions ({tag})",
+        driver="postgres",
+        revert="terminate_tagged",
+        args={"dsn": p.dsn, "application_name": tag},
+        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
+    )
+    outcomes: list[str] = []
+    try:
+        for _ in range(p.rounds):
+            outcomes.append(await anyio.to_thread.run_sync(_deadlock_round, conns[0], conns[1], table, rows))
+    except psycopg.Error as exc:
+        raise DriverError(f"table: {mask_text(str(exc).strip())}") from None
+    finally:
+        await revert_now(ctx, entry)
+    return {
+        "table": p.table,
+        "rounds": p.rounds,
+        "deadlocks": outcomes.count("deadlock"),
+        "outcomes": outcomes,
+    }
