@@ -1,6 +1,7 @@
 """redis.sentinel_failover on a real master, two replicas and a redis-sentinel started here: clients that ask
 Sentinel move to the new master, a client pinned to the old one is refused writes, and the rollback fails
-back to the original master (not to the other replica)."""
+back to the original master (not to the other replica). And redis.promote_replica on a master/replica pair
+without Sentinel."""
 
 from __future__ import annotations
 
@@ -145,3 +146,56 @@ async def test_sentinel_failover_refuses_bad_targets_and_leaves_nothing(group: G
         await act.invoke(ctx, {"sentinel_url": f"redis://127.0.0.1:{port}", "master_name": "mymaster"})
     assert ctx.reverts == [] and leases.list_leases() == []
     assert _role(group.master) == "master"
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[int, int]]:
+    """A master and a replica of it, without Sentinel."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (run `make services`)")
+    base = Path(tempfile.mkdtemp(prefix="faultplane-redispair-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    ports = [_free_port(), _free_port()]
+    try:
+        for i, port in enumerate(ports):
+            cmd = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(base)]
+            cmd += ["--logfile", str(base / f"{port}.log")] + (
+                ["--replicaof", "127.0.0.1", str(ports[0])] if i else []
+            )
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            _wait_port(port, procs[-1], "redis-server", base / f"{port}.log")
+        with redis.Redis(port=ports[1]) as r:
+            assert _until(lambda: r.info("replication")["master_link_status"] == "up")
+        yield ports[0], ports[1]
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_promote_replica_takes_writes_and_follows_again_after_rollback(pair: tuple[int, int]) -> None:
+    master, replica = pair
+    m, r = redis.Redis(port=master), redis.Redis(port=replica)
+    m.set("order", "1")
+    assert _until(lambda: r.get("order") == b"1")
+    with pytest.raises(redis.ReadOnlyError):
+        r.set("x", "1")  # a replica refuses writes before the fault
+    ctx = ActivityContext(run_id="promote")
+    out = await get_activity("redis", "promote_replica").invoke(ctx, {"url": f"redis://127.0.0.1:{replica}"})
+    assert out["was_replica_of"] == f"127.0.0.1:{master}"
+    assert _role(replica) == "master"
+    r.set("written-on-replica", "1")  # it takes writes now
+    m.set("order", "2")
+    time.sleep(0.5)
+    assert r.get("order") == b"1"  # and no longer follows the master
+    assert [e for _, e in await ctx.revert_all()] == [None]
+    assert _role(replica) == "slave"
+    assert _until(lambda: r.get("order") == b"2")  # resynced from the master...
+    assert r.get("written-on-replica") is None  # ...which discarded the split-brain write
+    assert leases.list_leases() == []
+    with pytest.raises(DriverError, match=rf"^url: 127.0.0.1:{master} is not a replica \(role master\)"):
+        await get_activity("redis", "promote_replica").invoke(ctx, {"url": f"redis://127.0.0.1:{master}"})
+    assert ctx.reverts == [] and leases.list_leases() == []
+    m.close()
+    r.close()

@@ -522,6 +522,67 @@ def client_kill(ctx: ActivityContext, p: ClientKillParams) -> dict[str, Any]:
     return {"matched": len(matched), "killed": killed}
 
 
+# --- replica promotion (no Sentinel) --------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "follow_master")
+def _recipe_follow_master(args: dict[str, Any]) -> None:
+    with _client(args["url"]) as r:
+        info = r.info("replication")
+        if info.get("role") == "slave" and (
+            str(info.get("master_host")),
+            int(info.get("master_port", 0)),
+        ) == (
+            args["master_host"],
+            int(args["master_port"]),
+        ):
+            return  # already following its master again
+        r.execute_command("REPLICAOF", args["master_host"], str(args["master_port"]))
+
+
+class PromoteParams(_Url):
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="follow the master again after this long"
+    )
+
+
+@action("redis", "promote_replica", PromoteParams, fault_type="error")
+async def promote_replica(ctx: ActivityContext, p: PromoteParams) -> dict[str, Any]:
+    """``REPLICAOF NO ONE`` on a replica (``url``): it stops following its master and takes writes — a
+    failover without Sentinel, or a split brain when the master still runs. Rollback makes it follow the same
+    master again (a full resync: what was written on it meanwhile is discarded)."""
+    client = await anyio.to_thread.run_sync(_connected, p.url)
+    try:
+        try:
+            info = await anyio.to_thread.run_sync(lambda: client.info("replication"))
+        except redis.RedisError as exc:
+            raise _err("INFO", exc, p.url) from None
+        if info.get("role") != "slave":
+            raise DriverError(f"url: {_address(p.url)} is not a replica (role {info.get('role')})")
+        master = {"master_host": str(info["master_host"]), "master_port": int(info["master_port"])}
+        entry = leased_revert(
+            ctx,
+            label=f"redis: {_address(p.url)} follows {master['master_host']}:{master['master_port']} again",
+            driver="redis",
+            revert="follow_master",
+            args={"url": p.url, **master},
+        )
+        try:
+            await anyio.to_thread.run_sync(lambda: client.execute_command("REPLICAOF", "NO", "ONE"))
+        except redis.RedisError as exc:
+            await revert_now(ctx, entry)
+            raise _err("REPLICAOF", exc, p.url) from None
+    finally:
+        client.close()
+    result: dict[str, Any] = {
+        "promoted": _address(p.url),
+        "was_replica_of": f"{master['master_host']}:{master['master_port']}",
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result
+
+
 # --- Sentinel failover ----------------------------------------------------------------------------------------
 
 
