@@ -281,3 +281,60 @@ async def test_a_failing_host_reverts_the_hosts_already_done_and_is_named(hosts)
     ):
         await get_activity("ssh", "fill_disk").invoke(ctx, {"hosts": hosts[:1], "directory": "/nonexistent"})
     assert ctx.reverts == [] and leases.list_leases() == []
+
+
+async def test_limit_bandwidth_over_ssh_in_a_namespace_is_measured_from_outside(hosts, netns_pair) -> None:  # type: ignore[no-untyped-def]
+    from test_hostnet import DOWNLOAD
+
+    pair = netns_pair
+    fast = pair.client(DOWNLOAD, pair.ip_b, "7001")
+    ctx = ActivityContext(run_id="sshbw")
+    out = await get_activity("ssh", "limit_bandwidth").invoke(
+        ctx,
+        {
+            "hosts": hosts[:1],
+            "netns": pair.b,
+            "interface": pair.veth_b,
+            "rate_kbit": 1024,
+            "latency_ms": 2000,
+        },
+    )
+    handle = out["hosts"][0]["output"]
+    shown = subprocess.run(
+        ["ip", "netns", "exec", pair.b, "tc", "qdisc", "show", "dev", pair.veth_b],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert f"qdisc tbf {handle} root" in shown
+    slow = pair.client(DOWNLOAD, pair.ip_b, "7001")
+    assert slow["bytes"] == 262144 and slow["s"] >= 1.4  # 2 Mbit at 1 Mbit/s, less the 16 KiB burst
+    assert slow["s"] > 5 * fast["s"]
+    # A second fault on the same interface is refused on the host, and its revert leaves the first alone.
+    with pytest.raises(
+        DriverError,
+        match=r"^hosts\[0\] .*: tbf failed \(exit 2\): fp\w+ already has a root qdisc that is not this fault's",
+    ):
+        await get_activity("ssh", "limit_bandwidth").invoke(
+            ctx, {"hosts": hosts[:1], "netns": pair.b, "interface": pair.veth_b, "rate_kbit": 64}
+        )
+    assert len(leases.list_leases()) == 1
+    assert [e for _, e in await ctx.revert_all()] == [None]
+    assert pair.client(DOWNLOAD, pair.ip_b, "7001")["s"] < slow["s"] / 3
+    assert leases.list_leases() == []
+
+
+async def test_netem_over_ssh_names_the_host_when_the_kernel_lacks_it(hosts, netns_pair) -> None:  # type: ignore[no-untyped-def]
+    from test_hostnet import _has_netem
+
+    if _has_netem():
+        pytest.skip("this kernel has sch_netem; the hostnet tests measure netem itself")
+    ctx = ActivityContext(run_id="sshnetem")
+    with pytest.raises(
+        DriverError, match=r"^hosts\[0\] .*: netem failed \(exit 2\): .*qdisc kind is unknown"
+    ):
+        await get_activity("ssh", "netem").invoke(
+            ctx, {"hosts": hosts[:1], "netns": netns_pair.b, "interface": netns_pair.veth_b, "delay_ms": 100}
+        )
+    assert ctx.reverts == [] and leases.list_leases() == []
+    with pytest.raises(DriverError, match="give at least one of delay_ms"):
+        await get_activity("ssh", "netem").invoke(ctx, {"hosts": hosts[:1], "interface": netns_pair.veth_b})

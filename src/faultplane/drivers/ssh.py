@@ -9,6 +9,7 @@ so the watchdog can revert a fault applied with password authentication too.
 
 from __future__ import annotations
 
+import random
 import re
 import shlex
 import uuid
@@ -506,3 +507,81 @@ async def drop_packets(ctx: ActivityContext, p: SshDropParams) -> dict[str, Any]
         return "nft -f - && echo " + table, script, f"nft delete table inet {table} 2>/dev/null; true"
 
     return await _on_hosts(ctx, p, "drop", step)
+
+
+_IFACE = r"^[A-Za-z0-9_.:@-]{1,15}$"
+_NETNS = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
+class SshNetemParams(HostsParams):
+    interface: str = Field(pattern=_IFACE, description="the hosts' interface whose outgoing packets suffer")
+    netns: str | None = Field(default=None, pattern=_NETNS, description="a network namespace on the hosts")
+    delay_ms: float = Field(default=0, ge=0, le=60_000)
+    jitter_ms: float = Field(default=0, ge=0, le=60_000, description="+/- around delay_ms")
+    loss_percent: float = Field(default=0, ge=0, le=100)
+    corrupt_percent: float = Field(default=0, ge=0, le=100)
+    duplicate_percent: float = Field(default=0, ge=0, le=100)
+    reorder_percent: float = Field(default=0, ge=0, le=100)
+    rate_kbit: int | None = Field(default=None, ge=8, le=100_000_000, description="bandwidth limit")
+
+    @model_validator(mode="after")
+    def _some(self) -> Self:
+        from faultplane.drivers.hostnet import check_netem
+
+        check_netem(self)
+        return self
+
+
+async def _qdisc_on_hosts(ctx: ActivityContext, p: Any, kind: str, qdisc: str) -> dict[str, Any]:
+    prefix = f"ip netns exec {shlex.quote(p.netns)} " if p.netns else ""
+    dev = shlex.quote(p.interface)
+
+    async def step(i: int, t: SshTarget, tag: str) -> tuple[str, None, str]:
+        # A handle of this fault's own: the revert removes the root qdisc only while it is this one, so the
+        # revert of an `add` that failed (the interface had a root qdisc) never removes someone else's.
+        handle = f"{random.randrange(0x1000, 0xF000):x}:"
+        taken = (
+            f"{p.interface} already has a root qdisc that is not this fault's; Faultplane does not replace it"
+        )
+        command = (
+            f"out=$({prefix}tc qdisc add dev {dev} root handle {handle} {qdisc} 2>&1) || "
+            f'{{ case "$out" in *REPLACE*|*Exclusivity*|*exists*) echo {shlex.quote(taken)} >&2;; '
+            f'*) echo "$out" >&2;; esac; exit 2; }}; echo {handle}'
+        )
+        revert = (
+            f"if {prefix}tc qdisc show dev {dev} 2>/dev/null | grep -q '^qdisc {kind} {handle} root'; "
+            f"then {prefix}tc qdisc del dev {dev} root; fi"
+        )
+        return command, None, revert
+
+    return await _on_hosts(ctx, p, kind, step)
+
+
+@action("ssh", "netem", SshNetemParams, fault_type="latency")
+async def netem(ctx: ActivityContext, p: SshNetemParams) -> dict[str, Any]:
+    """On each chosen host, a root netem qdisc with a handle of the fault's own on ``interface``: delay
+    with jitter, loss, corruption, duplication, reordering and/or a bandwidth limit of its outgoing packets,
+    as :func:`hostnet.netem` does locally. Refused on a host whose interface already has a root qdisc.
+    Rollback deletes the qdisc only while it is still this fault's. Needs root, tc and sch_netem."""
+    from faultplane.drivers.hostnet import netem_spec
+
+    return await _qdisc_on_hosts(ctx, p, "netem", "netem " + " ".join(netem_spec(p)))
+
+
+class SshBandwidthParams(HostsParams):
+    interface: str = Field(
+        pattern=_IFACE, description="the hosts' interface whose outgoing traffic is shaped"
+    )
+    netns: str | None = Field(default=None, pattern=_NETNS, description="a network namespace on the hosts")
+    rate_kbit: int = Field(ge=8, le=100_000_000, description="outgoing rate limit in kbit/s")
+    burst_bytes: int = Field(default=16_384, ge=1_600, le=100_000_000, description="token bucket size")
+    latency_ms: int = Field(default=100, ge=1, le=60_000, description="longest a packet may queue")
+
+
+@action("ssh", "limit_bandwidth", SshBandwidthParams, fault_type="latency")
+async def limit_bandwidth(ctx: ActivityContext, p: SshBandwidthParams) -> dict[str, Any]:
+    """On each chosen host, shape ``interface``'s outgoing traffic to ``rate_kbit`` with a root tbf qdisc of
+    the fault's own (as :func:`hostnet.limit_bandwidth` does locally); rollback deletes it while it is still
+    this fault's. Needs root and tc."""
+    qdisc = f"tbf rate {p.rate_kbit}kbit burst {p.burst_bytes} latency {p.latency_ms}ms"
+    return await _qdisc_on_hosts(ctx, p, "tbf", qdisc)
