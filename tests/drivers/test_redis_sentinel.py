@@ -70,11 +70,13 @@ def group() -> Iterator[Group]:
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             _wait_port(port, procs[-1], "redis-server", base / f"redis-{port}.log")
         sport = _free_port()
-        conf = base / "sentinel.conf"  # Sentinel rewrites its config file: it must be its own and writable
+        # Sentinel rewrites its config file: it must be its own and writable. A long down-after keeps a slow
+        # PING on a loaded machine from starting a failover of Sentinel's own in the middle of a test.
+        conf = base / "sentinel.conf"
         conf.write_text(
             f"port {sport}\nbind 127.0.0.1\ndir {base}\nlogfile {base / 'sentinel.log'}\n"
             f"sentinel monitor mymaster 127.0.0.1 {ports[0]} 1\n"
-            "sentinel down-after-milliseconds mymaster 3000\nsentinel failover-timeout mymaster 10000\n"
+            "sentinel down-after-milliseconds mymaster 30000\nsentinel failover-timeout mymaster 10000\n"
         )
         procs.append(
             subprocess.Popen([sentinel, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
