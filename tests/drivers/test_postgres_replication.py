@@ -165,6 +165,16 @@ async def test_replication_lag_refuses_a_primary_and_leaves_nothing(pair: Pair) 
     ctx = ActivityContext(run_id="lag-bad")
     with pytest.raises(DriverError, match=r"^replica_dsn: the server at 127.0.0.1:\d+ is not a replica"):
         await get_activity("postgres", "replication_lag").invoke(ctx, {"replica_dsn": pair.primary})
+    closed = f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres"
+    with pytest.raises(
+        DriverError, match=r"^replica_dsn: cannot connect to PostgreSQL at 127.0.0.1:\d+: .*refused"
+    ):
+        await get_activity("postgres", "replication_lag").invoke(ctx, {"replica_dsn": closed})
+    with pytest.raises(DriverError, match=r"^primary_dsn: cannot connect to PostgreSQL at 127.0.0.1:\d+: "):
+        await get_activity("postgres", "failover").invoke(
+            ctx,
+            {"primary_dsn": closed, "replica_dsn": pair.replica, "replica_data_dir": str(pair.replica_dir)},
+        )
     assert ctx.reverts == [] and leases.list_leases() == []
 
 

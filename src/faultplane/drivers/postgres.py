@@ -46,7 +46,7 @@ class _Dsn(BaseModel):
 
 
 def _connect(
-    dsn: str, *, application_name: str = "faultplane", autocommit: bool = True
+    dsn: str, *, application_name: str = "faultplane", autocommit: bool = True, field: str = "dsn"
 ) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(
@@ -54,13 +54,13 @@ def _connect(
         )
     except psycopg.ProgrammingError as exc:  # a malformed DSN; its text may quote the password
         raise DriverError(
-            f"dsn: not a libpq connection string or URI: {mask_text(str(exc).strip())}"
+            f"{field}: not a libpq connection string or URI: {mask_text(str(exc).strip())}"
         ) from None
     except psycopg.OperationalError as exc:
         cause = " ".join(mask_text(str(exc)).split())
         if "timeout expired" in cause:
             cause += f" (no answer within {_CONNECT_TIMEOUT_S}s: is it a PostgreSQL server?)"
-        raise DriverError(f"dsn: cannot connect to PostgreSQL at {_address(dsn)}: {cause}") from None
+        raise DriverError(f"{field}: cannot connect to PostgreSQL at {_address(dsn)}: {cause}") from None
 
 
 def _address(dsn: str) -> str:
@@ -778,7 +778,7 @@ async def replication_lag(ctx: ActivityContext, p: ReplicationLagParams) -> dict
     rollback (resume / the earlier delay) lets it catch up. Reads on the replica return stale data."""
 
     def check() -> str | None:
-        with _connect(p.replica_dsn) as conn:
+        with _connect(p.replica_dsn, field="replica_dsn") as conn:
             _replica_check(conn, p.replica_dsn)
             return _auto_conf_value(conn, "recovery_min_apply_delay")
 
@@ -793,7 +793,7 @@ async def replication_lag(ctx: ActivityContext, p: ReplicationLagParams) -> dict
         )
 
         def pause() -> None:
-            with _connect(p.replica_dsn) as conn:
+            with _connect(p.replica_dsn, field="replica_dsn") as conn:
                 conn.execute("SELECT pg_wal_replay_pause()")
 
         apply: Any = pause
@@ -844,7 +844,7 @@ def replica_lag(ctx: ActivityContext, p: ReplicaLagProbeParams) -> dict[str, Any
     ``primary_dsn``, else behind what the replica has received), ``replay_paused``, and
     ``last_replay_age_s`` (seconds since the last replayed commit was made on the primary; grows when the
     primary is idle too)."""
-    with _connect(p.replica_dsn) as conn:
+    with _connect(p.replica_dsn, field="replica_dsn") as conn:
         row = conn.execute(
             "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text,"
             " extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8"
@@ -856,9 +856,9 @@ def replica_lag(ctx: ActivityContext, p: ReplicaLagProbeParams) -> dict[str, Any
         paused = _scalar(conn, "SELECT pg_get_wal_replay_pause_state()") != "not paused"
     ahead = received
     if p.primary_dsn is not None:
-        with _connect(p.primary_dsn) as conn:
+        with _connect(p.primary_dsn, field="primary_dsn") as conn:
             ahead = str(_scalar(conn, "SELECT pg_current_wal_lsn()::text"))
-    with _connect(p.replica_dsn) as conn:
+    with _connect(p.replica_dsn, field="replica_dsn") as conn:
         lag = _scalar(conn, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", [ahead, replayed])
     return {
         "lag_bytes": max(0, int(lag)),
@@ -959,11 +959,11 @@ async def failover(ctx: ActivityContext, p: FailoverParams) -> dict[str, Any]:
             raise DriverError(f"{field}: {d!r} is not a PostgreSQL data directory")
 
     def check() -> None:
-        with _connect(p.primary_dsn) as conn:
+        with _connect(p.primary_dsn, field="primary_dsn") as conn:
             if _scalar(conn, "SELECT pg_is_in_recovery()"):
                 raise DriverError(f"primary_dsn: {_address(p.primary_dsn)} is itself a replica")
             primary_id = _scalar(conn, "SELECT system_identifier FROM pg_control_system()")
-        with _connect(p.replica_dsn) as conn:
+        with _connect(p.replica_dsn, field="replica_dsn") as conn:
             _replica_check(conn, p.replica_dsn)
             replica_id = _scalar(conn, "SELECT system_identifier FROM pg_control_system()")
             hints, checksums, fpw = conn.execute(
@@ -1016,7 +1016,7 @@ async def failover(ctx: ActivityContext, p: FailoverParams) -> dict[str, Any]:
             )
             if res.returncode != 0:
                 raise DriverError(f"primary_data_dir: pg_ctl stop failed: {_said(res)}")
-        with _connect(p.replica_dsn) as conn:
+        with _connect(p.replica_dsn, field="replica_dsn") as conn:
             if not _scalar(conn, "SELECT pg_promote(true, %s)", [int(p.timeout_seconds)]):
                 raise DriverError(f"replica_dsn: pg_promote() on {_address(p.replica_dsn)} did not finish")
         _wait_role(p.replica_dsn, False, p.timeout_seconds)
