@@ -182,6 +182,13 @@ async def test_fill_disk_on_a_share_of_hosts_and_to_full(hosts, small_fs: Path) 
     assert [e for _, e in await ctx.revert_all()] == [None]
     (small_fs / "app.dat").write_bytes(b"x" * 2**20)
     (small_fs / "app.dat").unlink()
+    with pytest.raises(
+        DriverError, match=r"^hosts\[0\] .*: fill failed \(exit 3\): fill_bytes: 67108864 requested but only"
+    ):
+        await get_activity("ssh", "fill_disk").invoke(
+            ctx, {"hosts": hosts[:1], "directory": str(small_fs), "fill_bytes": 64 * 2**20}
+        )
+    assert list(small_fs.iterdir()) == [] and leases.list_leases() == []
 
 
 _SERVICE = textwrap.dedent(

@@ -429,7 +429,10 @@ async def fill_disk(ctx: ActivityContext, p: SshFillParams) -> dict[str, Any]:
         )
         command = (
             f"test -d {d} -a -w {d} || {{ echo 'directory: not a writable directory' >&2; exit 2; }}; "
-            f"size={size}; [ $size -gt 0 ] || {{ echo 'nothing free to fill' >&2; exit 3; }}; "
+            f"free=$(df -P -B1 {d} | awk 'NR==2{{print $4}}'); size={size}; "
+            f'[ $size -le $free ] || {{ echo "fill_bytes: $size requested but only $free bytes are free" >&2; '
+            "exit 3; }; "
+            f"[ $size -gt 0 ] || {{ echo 'leave_free_bytes: nothing free to fill' >&2; exit 3; }}; "
             f"fallocate -l $size {f} 2>/dev/null || head -c $size /dev/zero > {f} 2>/dev/null; "
             f"test -f {f} || exit 4; df -P -B1 {d} | awk 'NR==2{{print $4}}'"
         )
