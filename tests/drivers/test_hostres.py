@@ -355,3 +355,67 @@ async def test_stress_io_bounded_run_reports_kernel_counts_and_refuses_bad_input
         assert ctx.reverts == [] and leases.list_leases() == []
     finally:
         d.rmdir()
+
+
+# --- IO throttling ---
+
+_READER = textwrap.dedent(
+    """
+    import os, sys, time
+    path = sys.argv[1]
+    for line in sys.stdin:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # from the disk, not the page cache
+        t0 = time.monotonic()
+        while os.read(fd, 1 << 20):
+            pass
+        os.close(fd)
+        print(time.monotonic() - t0, flush=True)
+    """
+)
+
+
+async def test_throttle_io_slows_only_the_target_process_reads() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("moving a process into a blkio/io cgroup needs root")
+    d = _io_dir()
+    data = d / "data.bin"
+    with open(data, "wb") as f:
+        f.write(os.urandom(4 * 2**20))
+        f.flush()
+        os.fsync(f.fileno())  # clean pages: DONTNEED really drops them
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _READER, str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+    def read_s() -> float:
+        assert reader.stdin is not None and reader.stdout is not None
+        reader.stdin.write("go\n")
+        reader.stdin.flush()
+        return float(reader.stdout.readline())
+
+    try:
+        fast = read_s()
+        ctx = ActivityContext(run_id="thr")
+        out = await get_activity("hostres", "throttle_io").invoke(
+            ctx, {"pid": reader.pid, "directory": str(d), "read_bytes_per_second": 2**20}
+        )
+        assert out["limits"] == {"read_bps": 2**20}
+        assert "faultplane-io-" in Path(f"/proc/{reader.pid}/cgroup").read_text()
+        slow = read_s()
+        assert slow >= 2.0  # 4 MiB at 1 MiB/s (less the throttle's first slice)
+        assert slow > 3 * fast
+        assert [e for _, e in await ctx.revert_all()] == [None]
+        assert "faultplane-io-" not in Path(f"/proc/{reader.pid}/cgroup").read_text()
+        assert not Path(out["cgroup"]).exists() and leases.list_leases() == []
+        assert read_s() < slow / 3
+        with pytest.raises(DriverError, match=r"^directory: .* is not on a block device"):
+            await get_activity("hostres", "throttle_io").invoke(
+                ctx, {"pid": reader.pid, "directory": "/dev/shm", "read_iops": 10}
+            )
+        assert ctx.reverts == [] and leases.list_leases() == []
+    finally:
+        reader.kill()
+        reader.wait()
+        data.unlink()
+        d.rmdir()

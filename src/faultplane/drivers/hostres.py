@@ -264,31 +264,40 @@ async def clock_skew(ctx: ActivityContext, p: ClockSkewParams) -> dict[str, Any]
 _CGROUP_PREFIX = "faultplane-pids-"
 
 
-def _pids_hierarchy() -> tuple[Path, int]:
-    """Where the pids controller is mounted, and the cgroup version (1, or 2 for the unified hierarchy)."""
+def _hierarchy(v1: str, v2: str) -> tuple[Path, int]:
+    """Where a cgroup controller is mounted (``v1`` its cgroup v1 name, ``v2`` its unified-hierarchy name)
+    and the cgroup version: a v1 hierarchy of its own wins, as the kernel then keeps it out of v2."""
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split() for line in f]
     for m in mounts:
         sep = m.index("-")
         fstype, opts = m[sep + 1], m[sep + 3].split(",") if len(m) > sep + 3 else []
-        if fstype == "cgroup" and "pids" in opts:
+        if fstype == "cgroup" and v1 in opts:
             return Path(m[4]), 1
     for m in mounts:
         sep = m.index("-")
         if m[sep + 1] == "cgroup2":
             root = Path(m[4])
-            if "pids" in (root / "cgroup.controllers").read_text().split():
+            if v2 in (root / "cgroup.controllers").read_text().split():
+                if v2 not in (root / "cgroup.subtree_control").read_text().split():
+                    raise DriverError(
+                        f"pid: enable the {v2} controller first (echo +{v2} > {root}/cgroup.subtree_control)"
+                    )
                 return root, 2
-    raise DriverError("pid: this host has no pids cgroup controller (mount it, or use cgroup v2)")
+    raise DriverError(f"pid: this host has no {v1} cgroup controller (mount it, or use cgroup v2)")
 
 
-def _cgroup_of(pid: int, version: int) -> str:
-    """The pids cgroup path of ``pid`` relative to the hierarchy's root, from /proc/<pid>/cgroup."""
+def _pids_hierarchy() -> tuple[Path, int]:
+    return _hierarchy("pids", "pids")
+
+
+def _cgroup_of(pid: int, version: int, v1: str = "pids") -> str:
+    """The cgroup path of ``pid`` relative to the hierarchy's root, from /proc/<pid>/cgroup."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
-        if (version == 1 and "pids" in controllers.split(",")) or (version == 2 and controllers == ""):
+        if (version == 1 and v1 in controllers.split(",")) or (version == 2 and controllers == ""):
             return path
-    raise DriverError(f"pid: process {pid} is in no pids cgroup")
+    raise DriverError(f"pid: process {pid} is in no {v1} cgroup")
 
 
 def _move(root: Path, cgroup: str, pids: list[int]) -> None:
@@ -337,8 +346,6 @@ async def exhaust_pids(ctx: ActivityContext, p: PidsParams) -> dict[str, Any]:
         raise DriverError(f"pid: not allowed to inspect process {p.pid} (run as root)") from None
     root, version = _pids_hierarchy()
     previous = _cgroup_of(p.pid, version)
-    if version == 2 and "pids" not in (root / "cgroup.subtree_control").read_text().split():
-        raise DriverError("pid: enable the pids controller first (echo +pids > cgroup.subtree_control)")
     name = f"{_CGROUP_PREFIX}{uuid.uuid4().hex[:10]}"
     try:
         (root / name).mkdir()
@@ -368,6 +375,112 @@ async def exhaust_pids(ctx: ActivityContext, p: PidsParams) -> dict[str, Any]:
         "processes": [x.pid for x in family],
         "tasks": tasks,
         "pids_max": limit,
+        "cgroup": str(root / name),
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result
+
+
+# --- IO throttling (blkio / io cgroup) ------------------------------------------------------------------------
+
+_IO_CGROUP_PREFIX = "faultplane-io-"
+
+
+def _disk_of(directory: Path) -> str:
+    """MAJ:MIN of the whole disk holding ``directory`` (a partition's parent disk: throttling applies to
+    disks)."""
+    st = os.stat(directory)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    sys_dev = Path(f"/sys/dev/block/{dev}")
+    if not sys_dev.exists():
+        raise DriverError(
+            f"directory: {str(directory)!r} is not on a block device (device {dev}: tmpfs, overlay or a "
+            "network filesystem cannot be throttled here)"
+        )
+    if (sys_dev / "partition").exists():
+        dev = (sys_dev.resolve().parent / "dev").read_text().strip()
+    return dev
+
+
+class ThrottleIoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pid: int = Field(ge=1, description="the process (with its descendants) whose disk IO is slowed")
+    directory: str = Field(description="a directory on the disk to throttle (its whole disk is)")
+    read_bytes_per_second: int | None = Field(default=None, ge=4096, le=10**12)
+    write_bytes_per_second: int | None = Field(default=None, ge=4096, le=10**12)
+    read_iops: int | None = Field(default=None, ge=1, le=10**7)
+    write_iops: int | None = Field(default=None, ge=1, le=10**7)
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _some(self) -> ThrottleIoParams:
+        if not any(
+            (self.read_bytes_per_second, self.write_bytes_per_second, self.read_iops, self.write_iops)
+        ):
+            raise ValueError(
+                "give read_bytes_per_second, write_bytes_per_second, read_iops and/or write_iops"
+            )
+        return self
+
+
+@action("hostres", "throttle_io", ThrottleIoParams, fault_type="latency")
+async def throttle_io(ctx: ActivityContext, p: ThrottleIoParams) -> dict[str, Any]:
+    """Slow one process's disk IO: it and its descendants move into a blkio (cgroup v1) / io (v2) cgroup of
+    Faultplane's whose throttle limits the bytes or operations per second on the disk holding ``directory``.
+    Other processes keep full speed. Under cgroup v1 reads and direct/synchronous writes are throttled
+    (buffered writeback is the flusher's); under v2 all of them. Rollback moves every member back and
+    removes the cgroup. Needs root."""
+    directory = Path(p.directory)
+    if not directory.is_dir():
+        raise DriverError(f"directory: {p.directory!r} is not a directory")
+    disk = _disk_of(directory)
+    try:
+        proc = psutil.Process(p.pid)
+        family = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        raise DriverError(f"pid: no process {p.pid}") from None
+    root, version = _hierarchy("blkio", "io")
+    previous = _cgroup_of(p.pid, version, "blkio")
+    name = f"{_IO_CGROUP_PREFIX}{uuid.uuid4().hex[:10]}"
+    try:
+        (root / name).mkdir()
+    except OSError as exc:
+        raise DriverError(f"pid: cannot create a cgroup in {root}: {exc.strerror} (run as root)") from None
+    entry = leased_revert(
+        ctx,
+        label=f"hostres: release pid {p.pid} from IO-throttled cgroup {name}",
+        driver="hostres",
+        revert="release_pids",
+        args={"root": str(root), "cgroup": name, "previous": previous},
+    )
+    limits = {
+        "read_bps": p.read_bytes_per_second,
+        "write_bps": p.write_bytes_per_second,
+        "read_iops": p.read_iops,
+        "write_iops": p.write_iops,
+    }
+    try:
+        if version == 1:
+            for key, value in limits.items():
+                if value is not None:
+                    (root / name / f"blkio.throttle.{key}_device").write_text(f"{disk} {value}\n")
+        else:
+            v2 = {"read_bps": "rbps", "write_bps": "wbps", "read_iops": "riops", "write_iops": "wiops"}
+            spec = " ".join(f"{v2[k]}={v}" for k, v in limits.items() if v is not None)
+            (root / name / "io.max").write_text(f"{disk} {spec}\n")
+        _move(root, name, [x.pid for x in family])
+    except OSError as exc:
+        await revert_now(ctx, entry)
+        raise DriverError(f"pid: cannot throttle IO of process {p.pid} on {disk}: {exc.strerror}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {
+        "pid": p.pid,
+        "processes": [x.pid for x in family],
+        "disk": disk,
+        "limits": {k: v for k, v in limits.items() if v is not None},
         "cgroup": str(root / name),
     }
     if await hold_then_revert(ctx, entry, p.duration_seconds):
