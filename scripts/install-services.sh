@@ -4,6 +4,7 @@
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-sentinel >/dev/null || need+=(redis-sentinel)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v clickhouse-server >/dev/null || command -v clickhouse >/dev/null || need+=(clickhouse-server)
 test -x /usr/sbin/sshd || need+=(openssh-server)
@@ -20,4 +21,4 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-echo "services installed: postgresql redis-server clickhouse-server openssh-server chromium nftables iptables iproute2 libfaketime"
+echo "services installed: postgresql redis-server redis-sentinel clickhouse-server openssh-server chromium nftables iptables iproute2 libfaketime"

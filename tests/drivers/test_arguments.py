@@ -264,3 +264,16 @@ def test_a_secret_from_the_experiment_is_sealed_end_to_end_and_the_watchdog_stil
             text = lock.read_text().strip()
             if text.isdigit() and psutil.pid_exists(int(text)):
                 psutil.Process(int(text)).send_signal(signal.SIGTERM)
+
+
+def test_a_misspelt_field_inside_a_list_of_hosts_gets_the_closest_name() -> None:
+    errors = check_arguments(
+        "ssh", "stress", {"hosts": [{"host": "h"}, {"hots": "h", "prot": 22}], "workrs": 2}
+    )
+    by_field = {e.field: e for e in errors}
+    assert by_field["arguments.hosts.1.hots"].fix == "did you mean 'host'?"
+    assert by_field["arguments.hosts.1.prot"].message == "hosts.1 has no field 'prot'"
+    assert by_field["arguments.hosts.1.prot"].fix == "did you mean 'port'?"
+    assert by_field["arguments.hosts.1.host"].fix == "add hosts.1.host (str)"  # the type of the nested field
+    assert by_field["arguments.workrs"].fix == "did you mean 'workers'?"
+    assert "arguments.hosts.0.host" not in by_field  # the first host is fine

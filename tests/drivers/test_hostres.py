@@ -210,3 +210,212 @@ async def test_clock_skew_shifts_only_the_faketime_process_and_reverts(tmp_path:
     finally:
         target.kill()
         target.wait(5)
+
+
+# --- PID exhaustion ---
+
+_FORKER = textwrap.dedent(
+    """
+    import errno, os, subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # an existing descendant
+    print(child.pid, flush=True)
+    for line in sys.stdin:
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            print("ok", flush=True)
+        except OSError as e:
+            print(errno.errorcode[e.errno], flush=True)
+    child.kill()
+    """
+)
+
+
+def _fork(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("fork\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().strip()
+
+
+def _pids_cgroup(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            return path
+    return Path(f"/proc/{pid}/cgroup").read_text().splitlines()[-1].split(":", 2)[2]  # cgroup v2
+
+
+@pytest.fixture
+def forker():  # type: ignore[no-untyped-def]
+    if os.geteuid() != 0:
+        pytest.skip("moving a process into a pids cgroup needs root")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    yield proc, child
+    proc.kill()
+    proc.wait()
+
+
+async def test_exhaust_pids_makes_fork_fail_and_revert_restores(forker) -> None:  # type: ignore[no-untyped-def]
+    proc, child = forker
+    home = _pids_cgroup(proc.pid)
+    assert _fork(proc) == "ok"
+    ctx = ActivityContext(run_id="pids")
+    out = await get_activity("hostres", "exhaust_pids").invoke(ctx, {"pid": proc.pid})
+    assert set(out["processes"]) == {proc.pid, child} and out["pids_max"] == out["tasks"]
+    cgroup = Path(out["cgroup"])
+    assert _pids_cgroup(child) == _pids_cgroup(proc.pid) == "/" + cgroup.name  # the descendant moved too
+    assert _fork(proc) == "EAGAIN"  # as on a host out of PIDs
+    assert subprocess.run(["true"]).returncode == 0  # everyone else still forks
+    assert [e for _, e in await ctx.revert_all()] == [None]
+    assert _fork(proc) == "ok"
+    assert _pids_cgroup(proc.pid) == _pids_cgroup(child) == home
+    assert not cgroup.exists() and leases.list_leases() == []
+
+
+async def test_exhaust_pids_headroom_and_the_lease_recipe_alone(forker) -> None:  # type: ignore[no-untyped-def]
+    proc, _ = forker
+    ctx = ActivityContext(run_id="pids2")
+    out = await get_activity("hostres", "exhaust_pids").invoke(ctx, {"pid": proc.pid, "headroom": 1})
+    assert out["pids_max"] == out["tasks"] + 1
+    assert _fork(proc) == "ok"  # one more task fits (and exits again)
+    # What the watchdog runs after a SIGKILLed controller: the recipe from the lease file alone.
+    (lease,) = leases.list_leases()
+    leases.run_recipe(lease.driver, lease.revert, lease.args)
+    assert not Path(out["cgroup"]).exists()
+    leases.run_recipe(lease.driver, lease.revert, lease.args)  # a second revert is a no-op
+    with pytest.raises(DriverError, match=r"^pid: no process 99999999"):
+        await get_activity("hostres", "exhaust_pids").invoke(ActivityContext(run_id="x"), {"pid": 99999999})
+
+
+# --- IO stress ---
+
+
+def _io_dir() -> Path:
+    """A directory on a real disk (tmpfs would count no device IO)."""
+    return Path(tempfile.mkdtemp(prefix="faultplane-io-", dir="/var/tmp"))
+
+
+async def test_stress_io_writes_to_the_device_until_rollback() -> None:
+    d = _io_dir()
+    try:
+        ctx = ActivityContext(run_id="io")
+        out = await get_activity("hostres", "stress_io").invoke(
+            ctx,
+            {
+                "directory": str(d),
+                "file_megabytes": 4,
+                "block_kilobytes": 256,
+                "duration_seconds": 600,
+                "wait": False,
+            },
+        )
+        (pid,) = out["pids"]
+        # The kernel's own count of bytes the worker sent to the block device grows while the fault is on.
+        io = Path(f"/proc/{pid}/io")
+        first = int(dict(x.split(": ") for x in io.read_text().splitlines())["write_bytes"])
+        deadline = time.monotonic() + 60
+        later = first
+        while later < first + 2**20 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            later = int(dict(x.split(": ") for x in io.read_text().splitlines())["write_bytes"])
+        assert later >= first + 2**20
+        assert [e for _, e in await ctx.revert_all()] == [None]
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        assert list(d.iterdir()) == [] and leases.list_leases() == []
+    finally:
+        for f in d.iterdir():
+            f.unlink()
+        d.rmdir()
+
+
+async def test_stress_io_bounded_run_reports_kernel_counts_and_refuses_bad_input(tmp_path: Path) -> None:
+    d = _io_dir()
+    try:
+        ctx = ActivityContext(run_id="io2")
+        out = await get_activity("hostres", "stress_io").invoke(
+            ctx, {"directory": str(d), "file_megabytes": 1, "block_kilobytes": 64, "duration_seconds": 1.5}
+        )
+        assert out["write_bytes"] > 0 and list(d.iterdir()) == [] and leases.list_leases() == []
+        for args, pattern in [
+            ({"directory": str(tmp_path / "nope")}, r"^directory: .* is not a directory"),
+            (
+                {"directory": str(d), "file_megabytes": 65_536, "workers": 64},
+                r"^file_megabytes: 64 x 65536 MiB",
+            ),
+        ]:
+            with pytest.raises(DriverError, match=pattern):
+                await get_activity("hostres", "stress_io").invoke(ctx, {"duration_seconds": 1, **args})
+        assert ctx.reverts == [] and leases.list_leases() == []
+    finally:
+        d.rmdir()
+
+
+# --- IO throttling ---
+
+_READER = textwrap.dedent(
+    """
+    import os, sys, time
+    path = sys.argv[1]
+    for line in sys.stdin:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # from the disk, not the page cache
+        t0 = time.monotonic()
+        while os.read(fd, 1 << 20):
+            pass
+        os.close(fd)
+        print(time.monotonic() - t0, flush=True)
+    """
+)
+
+
+async def test_throttle_io_slows_only_the_target_process_reads() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("moving a process into a blkio/io cgroup needs root")
+    d = _io_dir()
+    data = d / "data.bin"
+    with open(data, "wb") as f:
+        f.write(os.urandom(4 * 2**20))
+        f.flush()
+        os.fsync(f.fileno())  # clean pages: DONTNEED really drops them
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _READER, str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+    def read_s() -> float:
+        assert reader.stdin is not None and reader.stdout is not None
+        reader.stdin.write("go\n")
+        reader.stdin.flush()
+        return float(reader.stdout.readline())
+
+    try:
+        fast = read_s()
+        ctx = ActivityContext(run_id="thr")
+        out = await get_activity("hostres", "throttle_io").invoke(
+            ctx, {"pid": reader.pid, "directory": str(d), "read_bytes_per_second": 2**20}
+        )
+        assert out["limits"] == {"read_bps": 2**20}
+        assert "faultplane-io-" in Path(f"/proc/{reader.pid}/cgroup").read_text()
+        slow = read_s()
+        assert slow >= 2.0  # 4 MiB at 1 MiB/s (less the throttle's first slice)
+        assert slow > 3 * fast
+        assert [e for _, e in await ctx.revert_all()] == [None]
+        assert "faultplane-io-" not in Path(f"/proc/{reader.pid}/cgroup").read_text()
+        assert not Path(out["cgroup"]).exists() and leases.list_leases() == []
+        assert read_s() < slow / 3
+        with pytest.raises(DriverError, match=r"^directory: .* is not on a block device"):
+            await get_activity("hostres", "throttle_io").invoke(
+                ctx, {"pid": reader.pid, "directory": "/dev/shm", "read_iops": 10}
+            )
+        assert ctx.reverts == [] and leases.list_leases() == []
+    finally:
+        reader.kill()
+        reader.wait()
+        data.unlink()
+        d.rmdir()

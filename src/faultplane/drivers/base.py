@@ -324,6 +324,29 @@ def _declared(params: type[BaseModel]) -> dict[str, str]:
     return out
 
 
+def _model_at(params: type[BaseModel], path: list[str]) -> type[BaseModel] | None:
+    """The pydantic model an error location points into (``hosts.0`` of ssh.stress -> SshTarget), or None."""
+    import typing
+
+    model: Any = params
+    for part in path:
+        if part.isdigit():
+            continue  # an index into a list: the list's item model was taken with the field
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        ann: Any = fields[part].annotation
+        for _ in range(3):  # unwrap list[X], X | None
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                break
+            if not args:
+                break
+            ann = args[0]
+        model = ann
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
 def _argument_errors(
     spec: ActivitySpec, arguments: dict[str, Any], exc: ValidationError
 ) -> list[ArgumentError]:
@@ -337,6 +360,7 @@ def _argument_errors(
         value = err.get("input")
         if isinstance(value, str) and "${" in value:
             continue  # resolved later; phase 0 sees the value
+        inner = _model_at(spec.params, loc[:-1]) if len(loc) > 1 else None
         if err["type"] == "extra_forbidden" and len(loc) == 1:
             close = difflib.get_close_matches(loc[0], list(declared), n=1)
             fix = (
@@ -345,8 +369,19 @@ def _argument_errors(
                 else f"{spec.qualified_name} takes: {', '.join(declared) or '(no arguments)'}"
             )
             errors.append(ArgumentError(where, f"{spec.qualified_name} has no argument {loc[0]!r}", fix))
+        elif err["type"] == "extra_forbidden" and inner is not None:
+            names = list(_declared(inner))
+            close = difflib.get_close_matches(loc[-1], names, n=1)
+            fix = (
+                f"did you mean {close[0]!r}?" if close else f"{'.'.join(loc[:-1])} takes: {', '.join(names)}"
+            )
+            errors.append(ArgumentError(where, f"{'.'.join(loc[:-1])} has no field {loc[-1]!r}", fix))
         elif err["type"] == "missing":
-            what = declared.get(loc[-1], "a value") if loc else "a value"
+            what = (
+                (_declared(inner) if inner is not None else declared).get(loc[-1], "a value")
+                if loc
+                else "a value"
+            )
             errors.append(
                 ArgumentError(where, f"{spec.qualified_name} requires it", f"add {'.'.join(loc)} ({what})")
             )

@@ -294,30 +294,34 @@ class NetemParams(_Iface):
 
     @model_validator(mode="after")
     def _some(self) -> Self:
-        if not any(
-            (
-                self.delay_ms,
-                self.loss_percent,
-                self.corrupt_percent,
-                self.duplicate_percent,
-                self.reorder_percent,
-            )
-        ):
-            raise ValueError(
-                "give at least one of delay_ms, loss_percent, corrupt_percent, duplicate_percent, "
-                "reorder_percent"
-            )
-        if self.reorder_percent and not self.delay_ms:
-            raise ValueError("reorder_percent needs delay_ms (reordered packets skip the delay)")
-        if self.jitter_ms and not self.delay_ms:
-            raise ValueError("jitter_ms needs delay_ms")
+        check_netem(self)
         return self
 
 
-@action("hostnet", "netem", NetemParams, fault_type="latency")
-async def netem(ctx: ActivityContext, p: NetemParams) -> dict[str, Any]:
-    """Delay (with jitter), lose, corrupt, duplicate or reorder an interface's outgoing packets (tc netem);
-    rollback removes the qdisc. Needs a kernel with sch_netem."""
+def check_netem(p: Any) -> None:
+    """The netem fields (delay_ms, jitter_ms, *_percent, optional rate_kbit) make one coherent fault."""
+    if not any(
+        (
+            p.delay_ms,
+            p.loss_percent,
+            p.corrupt_percent,
+            p.duplicate_percent,
+            p.reorder_percent,
+            getattr(p, "rate_kbit", None),
+        )
+    ):
+        raise ValueError(
+            "give at least one of delay_ms, loss_percent, corrupt_percent, duplicate_percent, reorder_percent"
+            + (", rate_kbit" if hasattr(p, "rate_kbit") else "")
+        )
+    if p.reorder_percent and not p.delay_ms:
+        raise ValueError("reorder_percent needs delay_ms (reordered packets skip the delay)")
+    if p.jitter_ms and not p.delay_ms:
+        raise ValueError("jitter_ms needs delay_ms")
+
+
+def netem_spec(p: Any) -> list[str]:
+    """The `tc ... netem` arguments for the netem fields of ``p``."""
     spec: list[str] = []
     if p.delay_ms:
         spec += ["delay", f"{p.delay_ms}ms"] + ([f"{p.jitter_ms}ms"] if p.jitter_ms else [])
@@ -329,4 +333,13 @@ async def netem(ctx: ActivityContext, p: NetemParams) -> dict[str, Any]:
     ):
         if pct:
             spec += [word, f"{pct}%"]
-    return await _add_qdisc(ctx, p, "netem", spec)
+    if getattr(p, "rate_kbit", None):
+        spec += ["rate", f"{p.rate_kbit}kbit"]
+    return spec
+
+
+@action("hostnet", "netem", NetemParams, fault_type="latency")
+async def netem(ctx: ActivityContext, p: NetemParams) -> dict[str, Any]:
+    """Delay (with jitter), lose, corrupt, duplicate or reorder an interface's outgoing packets (tc netem);
+    rollback removes the qdisc. Needs a kernel with sch_netem."""
+    return await _add_qdisc(ctx, p, "netem", netem_spec(p))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -45,7 +46,7 @@ class _Dsn(BaseModel):
 
 
 def _connect(
-    dsn: str, *, application_name: str = "faultplane", autocommit: bool = True
+    dsn: str, *, application_name: str = "faultplane", autocommit: bool = True, field: str = "dsn"
 ) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(
@@ -53,13 +54,13 @@ def _connect(
         )
     except psycopg.ProgrammingError as exc:  # a malformed DSN; its text may quote the password
         raise DriverError(
-            f"dsn: not a libpq connection string or URI: {mask_text(str(exc).strip())}"
+            f"{field}: not a libpq connection string or URI: {mask_text(str(exc).strip())}"
         ) from None
     except psycopg.OperationalError as exc:
         cause = " ".join(mask_text(str(exc)).split())
         if "timeout expired" in cause:
             cause += f" (no answer within {_CONNECT_TIMEOUT_S}s: is it a PostgreSQL server?)"
-        raise DriverError(f"dsn: cannot connect to PostgreSQL at {_address(dsn)}: {cause}") from None
+        raise DriverError(f"{field}: cannot connect to PostgreSQL at {_address(dsn)}: {cause}") from None
 
 
 def _address(dsn: str) -> str:
@@ -603,34 +604,73 @@ async def idle_transaction(ctx: ActivityContext, p: IdleTransactionParams) -> di
 # --- server restart / crash -----------------------------------------------------------------------------------
 
 
-def _pg_ctl(data_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _pg_tool(data_dir: Path, tool: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a PostgreSQL server tool of the data directory's major version, as the directory's owner (pg_ctl
+    and pg_rewind refuse to run as root)."""
     version = (data_dir / "PG_VERSION").read_text().strip()
-    exe = Path(f"/usr/lib/postgresql/{version}/bin/pg_ctl")
+    exe = Path(f"/usr/lib/postgresql/{version}/bin/{tool}")
     if not exe.exists():
-        found = shutil.which("pg_ctl")
+        found = shutil.which(tool)
         if found is None:
-            raise DriverError(f"data_dir: no pg_ctl for PostgreSQL {version} on this host")
+            raise DriverError(f"data_dir: no {tool} for PostgreSQL {version} on this host")
         exe = Path(found)
     prefix: list[str] = []
     owner = data_dir.stat().st_uid
     if os.geteuid() == 0 and owner != 0:
-        prefix = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--"]  # pg_ctl refuses to run as root
-    return subprocess.run(
-        [*prefix, str(exe), "-D", str(data_dir), *args], capture_output=True, text=True, timeout=timeout
+        prefix = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--"]
+    return subprocess.run([*prefix, str(exe), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _pg_ctl(data_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return _pg_tool(data_dir, "pg_ctl", "-D", str(data_dir), *args, timeout=timeout)
+
+
+def _said(res: subprocess.CompletedProcess[str]) -> str:
+    return " ".join((res.stderr or res.stdout).split())[:300]
+
+
+def _start_options(data_dir: Path) -> list[str]:
+    """The options the server was last started with, from ``postmaster.opts`` (written at each start, kept
+    after shutdown) without the data directory: a plain ``pg_ctl start`` would lose a port or ``-c`` given on
+    the command line and bring back a different server."""
+    try:
+        words = shlex.split((data_dir / "postmaster.opts").read_text())[1:]
+    except (OSError, ValueError):
+        return []
+    out: list[str] = []
+    it = iter(words)
+    for word in it:
+        if word == "-D":
+            next(it, None)
+        elif not word.startswith("-D"):
+            out.append(word)
+    return ["-o", shlex.join(out)] if out else []
+
+
+def _start(data_dir: Path, timeout: float = 60, options: list[str] | None = None) -> None:
+    """Start the server unless it runs, with ``options`` (taken from postmaster.opts when the fault was
+    applied: tools such as pg_rewind rewrite that file) or else the file's current ones."""
+    if _pg_ctl(data_dir, "status").returncode == 0:
+        return  # running: nothing to undo
+    log = str(data_dir / "faultplane-pg_ctl.log")
+    res = _pg_ctl(
+        data_dir,
+        "start",
+        "-w",
+        "-t",
+        str(int(timeout)),
+        "-l",
+        log,
+        *(options if options else _start_options(data_dir)),
+        timeout=timeout + 10,
     )
+    if res.returncode != 0:
+        raise DriverError(f"data_dir: pg_ctl start of {data_dir} failed: {_said(res)}")
 
 
 @revert_recipe("postgres", "ensure_running")
 def _recipe_ensure_running(args: dict[str, Any]) -> None:
-    data_dir = Path(args["data_dir"])
-    if _pg_ctl(data_dir, "status").returncode == 0:
-        return  # running: nothing to undo
-    log = str(data_dir / "faultplane-pg_ctl.log")
-    res = _pg_ctl(data_dir, "start", "-w", "-t", "60", "-l", log)
-    if res.returncode != 0:
-        raise DriverError(
-            f"data_dir: pg_ctl start failed: {' '.join((res.stderr or res.stdout).split())[:300]}"
-        )
+    _start(Path(args["data_dir"]), options=args.get("options"))
 
 
 class RestartParams(_Dsn):
@@ -664,7 +704,7 @@ async def restart(ctx: ActivityContext, p: RestartParams) -> dict[str, Any]:
         label=f"postgres: make sure the server in {p.data_dir} runs",
         driver="postgres",
         revert="ensure_running",
-        args={"data_dir": str(data_dir)},
+        args={"data_dir": str(data_dir), "options": _start_options(data_dir)},
     )
     t0 = time.monotonic()
     log = str(data_dir / "faultplane-pg_ctl.log")
@@ -696,4 +736,492 @@ async def restart(ctx: ActivityContext, p: RestartParams) -> dict[str, Any]:
         "started_before": before,
         "started_after": after,
         "recovered_in_s": round(recovered, 3),
+    }
+
+
+# --- replication: lag and failover ----------------------------------------------------------------------------
+
+
+def _replica_check(conn: psycopg.Connection[Any], dsn: str) -> None:
+    if not _scalar(conn, "SELECT pg_is_in_recovery()"):
+        raise DriverError(
+            f"replica_dsn: the server at {_address(dsn)} is not a replica (pg_is_in_recovery() is false)"
+        )
+
+
+@revert_recipe("postgres", "resume_replay")
+def _recipe_resume_replay(args: dict[str, Any]) -> None:
+    with _connect(args["dsn"]) as conn:
+        if _scalar(conn, "SELECT pg_is_in_recovery()"):  # promoted since: there is no replay to resume
+            conn.execute("SELECT pg_wal_replay_resume()")
+
+
+class ReplicationLagParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    replica_dsn: str = Field(description="libpq DSN of the streaming replica (a superuser)")
+    delay_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="apply each commit this long after the primary made it (recovery_min_apply_delay); "
+        "omit to pause replay altogether",
+    )
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="end the lag after this long; omit to hold until rollback"
+    )
+
+
+@action("postgres", "replication_lag", ReplicationLagParams, fault_type="latency")
+async def replication_lag(ctx: ActivityContext, p: ReplicationLagParams) -> dict[str, Any]:
+    """Make a streaming replica fall behind its primary: replay paused (``pg_wal_replay_pause()``), or each
+    commit applied ``delay_seconds`` late (``recovery_min_apply_delay``). The replica keeps receiving WAL, so
+    rollback (resume / the earlier delay) lets it catch up. Reads on the replica return stale data."""
+
+    def check() -> str | None:
+        with _connect(p.replica_dsn, field="replica_dsn") as conn:
+            _replica_check(conn, p.replica_dsn)
+            return _auto_conf_value(conn, "recovery_min_apply_delay")
+
+    previous = await anyio.to_thread.run_sync(check)
+    if p.delay_seconds is None:
+        entry = leased_revert(
+            ctx,
+            label=f"postgres: resume WAL replay on {_address(p.replica_dsn)}",
+            driver="postgres",
+            revert="resume_replay",
+            args={"dsn": p.replica_dsn},
+        )
+
+        def pause() -> None:
+            with _connect(p.replica_dsn, field="replica_dsn") as conn:
+                conn.execute("SELECT pg_wal_replay_pause()")
+
+        apply: Any = pause
+        result: dict[str, Any] = {"mode": "pause"}
+    else:
+        applied = f"{round(p.delay_seconds * 1000)}ms"
+        entry = leased_revert(
+            ctx,
+            label=f"postgres: restore recovery_min_apply_delay on {_address(p.replica_dsn)}",
+            driver="postgres",
+            revert="restore_parameter",
+            args={
+                "dsn": p.replica_dsn,
+                "name": "recovery_min_apply_delay",
+                "previous": previous,
+                "applied": applied,
+            },
+        )
+
+        def apply() -> None:
+            _set_system(p.replica_dsn, "recovery_min_apply_delay", applied)
+
+        result = {"mode": "delay", "recovery_min_apply_delay": applied}
+    try:
+        await anyio.to_thread.run_sync(apply)
+    except psycopg.Error as exc:
+        await revert_now(ctx, entry)
+        raise DriverError(f"replica_dsn: {mask_text(str(exc).strip())}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["ended_after_s"] = p.duration_seconds
+    return result
+
+
+class ReplicaLagProbeParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    replica_dsn: str = Field(description="libpq DSN of the replica")
+    primary_dsn: str | None = Field(
+        default=None, description="its primary: lag is then measured against the primary's current WAL"
+    )
+
+
+@probe("postgres", "replica_lag", ReplicaLagProbeParams)
+def replica_lag(ctx: ActivityContext, p: ReplicaLagProbeParams) -> dict[str, Any]:
+    """How far a replica's replay is behind: ``lag_bytes`` of WAL (behind the primary's current position with
+    ``primary_dsn``, else behind what the replica has received), ``replay_paused``, and
+    ``last_replay_age_s`` (seconds since the last replayed commit was made on the primary; grows when the
+    primary is idle too)."""
+    with _connect(p.replica_dsn, field="replica_dsn") as conn:
+        row = conn.execute(
+            "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text,"
+            " extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8"
+        ).fetchone()
+        assert row is not None
+        in_recovery, received, replayed, age = row
+        if not in_recovery:
+            _replica_check(conn, p.replica_dsn)
+        paused = _scalar(conn, "SELECT pg_get_wal_replay_pause_state()") != "not paused"
+    ahead = received
+    if p.primary_dsn is not None:
+        with _connect(p.primary_dsn, field="primary_dsn") as conn:
+            ahead = str(_scalar(conn, "SELECT pg_current_wal_lsn()::text"))
+    with _connect(p.replica_dsn, field="replica_dsn") as conn:
+        lag = _scalar(conn, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", [ahead, replayed])
+    return {
+        "lag_bytes": max(0, int(lag)),
+        "replay_paused": paused,
+        "received_lsn": received,
+        "replayed_lsn": replayed,
+        "last_replay_age_s": None if age is None else round(float(age), 3),
+    }
+
+
+_CONF_FILES = ("postgresql.conf", "postgresql.auto.conf", "pg_hba.conf", "pg_ident.conf")
+
+
+def _wait_role(dsn: str, in_recovery: bool, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with _connect(dsn) as conn:
+                if bool(_scalar(conn, "SELECT pg_is_in_recovery()")) == in_recovery:
+                    return
+        except DriverError:
+            pass
+        if time.monotonic() > deadline:
+            role = "a replica" if in_recovery else "a primary"
+            raise DriverError(f"replica_dsn: {_address(dsn)} is not {role} after {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+@revert_recipe("postgres", "rejoin_replica")
+def _recipe_rejoin_replica(args: dict[str, Any]) -> None:
+    """Undo a failover: the primary runs again, and the promoted replica is rewound (pg_rewind) onto the
+    primary's timeline and restarted as its standby, with its own configuration."""
+    replica_dir = Path(args["replica_data_dir"])
+    timeout = float(args.get("timeout_seconds", 60))
+    if args.get("primary_data_dir"):
+        _start(Path(args["primary_data_dir"]), timeout, args.get("primary_options"))
+    if _pg_ctl(replica_dir, "status").returncode == 0:
+        with _connect(args["replica_dsn"]) as conn:
+            if _scalar(conn, "SELECT pg_is_in_recovery()"):
+                return  # still (or again) a replica: nothing to undo
+        res = _pg_ctl(replica_dir, "stop", "-m", "fast", "-w", "-t", str(int(timeout)), timeout=timeout + 10)
+        if res.returncode != 0:
+            raise DriverError(f"replica_data_dir: pg_ctl stop failed: {_said(res)}")
+    elif (replica_dir / "standby.signal").exists():
+        _start(replica_dir, timeout, args.get("replica_options"))  # down, but a standby: start it as one
+        return
+    # pg_rewind copies the source's configuration files: keep the replica's own (port, primary_conninfo)
+    kept = {name: (replica_dir / name).read_bytes() for name in _CONF_FILES if (replica_dir / name).exists()}
+    owner = replica_dir.stat()
+    res = _pg_tool(
+        replica_dir,
+        "pg_rewind",
+        "-D",
+        str(replica_dir),
+        f"--source-server={args['primary_dsn']}",
+        timeout=timeout * 5,
+    )
+    if res.returncode != 0:
+        raise DriverError(f"replica_data_dir: pg_rewind failed: {mask_text(_said(res))}")
+    for name, data in kept.items():
+        (replica_dir / name).write_bytes(data)
+    signal_file = replica_dir / "standby.signal"
+    signal_file.touch()
+    for name in (*kept, "standby.signal"):
+        os.chown(replica_dir / name, owner.st_uid, owner.st_gid)
+    _start(replica_dir, timeout, args.get("replica_options"))
+    _wait_role(args["replica_dsn"], True, timeout)
+
+
+class FailoverParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    primary_dsn: str = Field(
+        description="libpq DSN of the primary (a superuser; pg_rewind uses it to revert)"
+    )
+    replica_dsn: str = Field(description="libpq DSN of its streaming replica (a superuser)")
+    replica_data_dir: str = Field(description="the replica's data directory on this host")
+    primary_data_dir: str | None = Field(
+        default=None,
+        description="the primary's data directory on this host: stop it (fast shutdown) before promoting, as "
+        "when it is lost; omit to promote while the primary runs (two writable servers)",
+    )
+    timeout_seconds: float = Field(default=60, gt=0, le=600)
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="revert after this long; omit to hold until rollback"
+    )
+
+
+@action("postgres", "failover", FailoverParams, fault_type="error")
+async def failover(ctx: ActivityContext, p: FailoverParams) -> dict[str, Any]:
+    """Promote the replica (``pg_promote()``), after stopping the primary if ``primary_data_dir`` is given.
+    Rollback starts the primary again, rewinds the promoted server with ``pg_rewind`` and restarts it as a
+    standby with its own configuration. Refused before anything changes unless the pair can be rewound
+    (``wal_log_hints`` or data checksums, ``full_page_writes``) and the replica really replicates this
+    primary."""
+    replica_dir = Path(p.replica_data_dir)
+    for field, d in (("replica_data_dir", p.replica_data_dir), ("primary_data_dir", p.primary_data_dir)):
+        if d is not None and not (Path(d) / "PG_VERSION").exists():
+            raise DriverError(f"{field}: {d!r} is not a PostgreSQL data directory")
+
+    def check() -> None:
+        with _connect(p.primary_dsn, field="primary_dsn") as conn:
+            if _scalar(conn, "SELECT pg_is_in_recovery()"):
+                raise DriverError(f"primary_dsn: {_address(p.primary_dsn)} is itself a replica")
+            primary_id = _scalar(conn, "SELECT system_identifier FROM pg_control_system()")
+        with _connect(p.replica_dsn, field="replica_dsn") as conn:
+            _replica_check(conn, p.replica_dsn)
+            replica_id = _scalar(conn, "SELECT system_identifier FROM pg_control_system()")
+            hints, checksums, fpw = conn.execute(
+                "SELECT current_setting('wal_log_hints'), current_setting('data_checksums'),"
+                " current_setting('full_page_writes')"
+            ).fetchone() or ("off", "off", "off")
+        if primary_id != replica_id:
+            raise DriverError(
+                f"replica_dsn: {_address(p.replica_dsn)} is not a replica of {_address(p.primary_dsn)} "
+                "(their system identifiers differ)"
+            )
+        if "on" not in (hints, checksums) or fpw != "on":
+            raise DriverError(
+                "primary_dsn: the failover could not be reverted: pg_rewind needs wal_log_hints=on (or data "
+                "checksums) and full_page_writes=on on the pair"
+            )
+        if not (replica_dir / "postmaster.pid").exists():
+            raise DriverError(f"replica_data_dir: no server is running on {p.replica_data_dir!r}")
+
+    await anyio.to_thread.run_sync(check)
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: rejoin {_address(p.replica_dsn)} as a replica of {_address(p.primary_dsn)}",
+        driver="postgres",
+        revert="rejoin_replica",
+        args={
+            "primary_dsn": p.primary_dsn,
+            "replica_dsn": p.replica_dsn,
+            "replica_data_dir": p.replica_data_dir,
+            "primary_data_dir": p.primary_data_dir,
+            "timeout_seconds": p.timeout_seconds,
+            "replica_options": _start_options(replica_dir),
+            "primary_options": _start_options(Path(p.primary_data_dir)) if p.primary_data_dir else None,
+        },
+        ttl_s=max(float(ctx.configuration.get("lease_ttl_s", 30.0)), p.timeout_seconds * 3),
+    )
+
+    def apply() -> float:
+        t0 = time.monotonic()
+        if p.primary_data_dir is not None:
+            res = _pg_ctl(
+                Path(p.primary_data_dir),
+                "stop",
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                str(int(p.timeout_seconds)),
+                timeout=p.timeout_seconds + 10,
+            )
+            if res.returncode != 0:
+                raise DriverError(f"primary_data_dir: pg_ctl stop failed: {_said(res)}")
+        with _connect(p.replica_dsn, field="replica_dsn") as conn:
+            if not _scalar(conn, "SELECT pg_promote(true, %s)", [int(p.timeout_seconds)]):
+                raise DriverError(f"replica_dsn: pg_promote() on {_address(p.replica_dsn)} did not finish")
+        _wait_role(p.replica_dsn, False, p.timeout_seconds)
+        return time.monotonic() - t0
+
+    try:
+        took = await anyio.to_thread.run_sync(apply)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {
+        "promoted": _address(p.replica_dsn),
+        "primary_stopped": p.primary_data_dir is not None,
+        "promoted_in_s": round(took, 3),
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["reverted_after_s"] = p.duration_seconds
+    return result
+
+
+# --- statement errors -----------------------------------------------------------------------------------------
+
+# SQLSTATEs an application must handle; each is raised exactly as the server would raise the real error.
+_SQLSTATES = {
+    "40001": "could not serialize access due to concurrent update",
+    "40P01": "deadlock detected",
+    "55P03": "could not obtain lock on row",
+    "57014": "canceling statement due to statement timeout",
+    "53100": "could not extend file: No space left on device",
+    "53200": "out of memory",
+    "57P01": "terminating connection due to administrator command",
+    "XX000": "internal error",
+}
+
+
+@revert_recipe("postgres", "drop_error_trigger")
+def _recipe_drop_error_trigger(args: dict[str, Any]) -> None:
+    table = sql.Identifier(*args["table"].split(".", 1))
+    with _connect(args["dsn"]) as conn, conn.transaction():
+        conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(args["name"]), table))
+        conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(args["name"])))
+
+
+class StatementErrorsParams(_Dsn):
+    table: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$",
+        description="the table whose writes fail, optionally schema-qualified",
+    )
+    operations: list[Literal["INSERT", "UPDATE", "DELETE", "TRUNCATE"]] = Field(
+        default=["INSERT", "UPDATE", "DELETE"], min_length=1
+    )
+    percent: float = Field(default=100, gt=0, le=100, description="share of statements that fail")
+    sqlstate: Literal["40001", "40P01", "55P03", "57014", "53100", "53200", "57P01", "XX000"] = Field(
+        default="40001",
+        description="the error raised: 40001 serialization failure, 40P01 deadlock detected, 55P03 lock not "
+        "available, 57014 statement timeout, 53100 disk full, 53200 out of memory, 57P01 admin shutdown, "
+        "XX000 internal error",
+    )
+    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+@action("postgres", "statement_errors", StatementErrorsParams, fault_type="error")
+async def statement_errors(ctx: ActivityContext, p: StatementErrorsParams) -> dict[str, Any]:
+    """Make ``percent`` of the writes (``operations``) to ``table`` fail with ``sqlstate``, the way the server
+    reports a serialization failure, a deadlock, a lock timeout, a full disk...: a statement-level BEFORE
+    trigger of Faultplane's raises it, so the statement and its transaction are rolled back and the client
+    gets that SQLSTATE. Rollback drops the trigger and its function. Needs the table's owner or a superuser."""
+    name = f"faultplane_err_{uuid.uuid4().hex[:10]}"
+    table = sql.Identifier(*p.table.split(".", 1))
+    message = f"{_SQLSTATES[p.sqlstate]} (injected by faultplane)"
+    function = sql.SQL(
+        "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $fp$ BEGIN "
+        "IF random() * 100 < {} THEN RAISE EXCEPTION USING ERRCODE = {}, MESSAGE = {}; END IF; "
+        "RETURN NULL; END $fp$"
+    ).format(sql.Identifier(name), sql.Literal(p.percent), sql.Literal(p.sqlstate), sql.Literal(message))
+    trigger = sql.SQL("CREATE TRIGGER {} BEFORE {} ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()").format(
+        sql.Identifier(name),
+        sql.SQL(" OR ").join(sql.SQL(op) for op in p.operations),
+        table,
+        sql.Identifier(name),
+    )
+
+    conn = await anyio.to_thread.run_sync(lambda: _connect(p.dsn))  # unreachable: nothing applied, no lease
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: drop error trigger {name} on {p.table}",
+        driver="postgres",
+        revert="drop_error_trigger",
+        args={"dsn": p.dsn, "table": p.table, "name": name},
+    )
+
+    def apply() -> None:
+        with conn, conn.transaction():  # both or neither
+            conn.execute(function)
+            conn.execute(trigger)
+
+    try:
+        await anyio.to_thread.run_sync(apply)
+    except psycopg.Error as exc:
+        from faultplane.drivers.leases import withdraw
+
+        withdraw(ctx, entry)  # the transaction rolled back: nothing was created
+        raise DriverError(f"table: cannot add an error trigger to {p.table!r}: {str(exc).strip()}") from None
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {
+        "table": p.table,
+        "trigger": name,
+        "sqlstate": p.sqlstate,
+        "percent": p.percent,
+        "operations": p.operations,
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["removed_after_s"] = p.duration_seconds
+    return result
+
+
+# --- real deadlocks -------------------------------------------------------------------------------------------
+
+
+class DeadlockParams(_Dsn):
+    table: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$",
+        description="a table with at least two rows; two of them are locked in opposite orders",
+    )
+    rounds: int = Field(default=1, ge=1, le=100, description="deadlocks to cause, one after the other")
+
+
+def _deadlock_round(
+    a: psycopg.Connection[Any], b: psycopg.Connection[Any], table: sql.Composable, rows: list[Any]
+) -> str:
+    lock = sql.SQL("SELECT 1 FROM {} WHERE ctid = %s FOR UPDATE").format(table)
+    errors: list[str] = []
+
+    def second(conn: psycopg.Connection[Any], row: Any) -> None:
+        try:
+            conn.execute(lock, [row])
+        except psycopg.errors.DeadlockDetected:
+            errors.append("deadlock")
+        except psycopg.Error as exc:
+            errors.append(f"{type(exc).__name__}: {str(exc).strip()}")
+
+    for conn in (a, b):
+        conn.execute("BEGIN")
+    a.execute(lock, [rows[0]])
+    b.execute(lock, [rows[1]])
+    # Each now waits for the row the other holds: the server's deadlock detector (after deadlock_timeout)
+    # aborts one of them, and the other gets its row.
+    t = threading.Thread(target=second, args=(a, rows[1]))
+    t.start()
+    time.sleep(0.05)
+    second(b, rows[0])
+    t.join()
+    for conn in (a, b):
+        conn.execute("ROLLBACK")
+    return errors[0] if errors else "no deadlock"
+
+
+@action("postgres", "deadlock", DeadlockParams, fault_type="error")
+async def deadlock(ctx: ActivityContext, p: DeadlockParams) -> dict[str, Any]:
+    """Cause ``rounds`` real deadlocks: two sessions of Faultplane's each lock one of two rows of ``table``
+    (``SELECT … FOR UPDATE``) and then ask for the other's. The server's deadlock detector aborts one after
+    ``deadlock_timeout`` (``deadlocks`` in pg_stat_database counts it, the log shows "deadlock detected");
+    meanwhile the application's writes to those two rows wait. Nothing outlives the action; the lease ends
+    the two sessions if the controller dies mid-round."""
+    tag = _tag("deadlock")
+    table = sql.Identifier(*p.table.split(".", 1))
+
+    def prepare() -> tuple[list[psycopg.Connection[Any]], list[Any]]:
+        conns = [_connect(p.dsn, application_name=tag) for _ in range(2)]
+        try:
+            rows = [r[0] for r in conns[0].execute(sql.SQL("SELECT ctid FROM {} LIMIT 2").format(table))]
+        except psycopg.Error as exc:
+            for c in conns:
+                c.close()
+            raise DriverError(f"table: cannot read {p.table!r}: {str(exc).strip()}") from None
+        if len(rows) < 2:
+            for c in conns:
+                c.close()
+            raise DriverError(f"table: {p.table!r} has fewer than two rows; a deadlock needs two")
+        return conns, rows
+
+    conns, rows = await anyio.to_thread.run_sync(prepare)  # nothing locked yet: a failure leaves no lease
+    with _held_lock:
+        _held[tag] = conns
+    entry = leased_revert(
+        ctx,
+        label=f"postgres: end the deadlock sessions ({tag})",
+        driver="postgres",
+        revert="terminate_tagged",
+        args={"dsn": p.dsn, "application_name": tag},
+        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
+    )
+    outcomes: list[str] = []
+    try:
+        for _ in range(p.rounds):
+            outcomes.append(await anyio.to_thread.run_sync(_deadlock_round, conns[0], conns[1], table, rows))
+    except psycopg.Error as exc:
+        raise DriverError(f"table: {mask_text(str(exc).strip())}") from None
+    finally:
+        await revert_now(ctx, entry)
+    return {
+        "table": p.table,
+        "rounds": p.rounds,
+        "deadlocks": outcomes.count("deadlock"),
+        "outcomes": outcomes,
     }

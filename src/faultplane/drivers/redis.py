@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
-from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_recipe, withdraw
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe, withdraw
 from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
@@ -520,6 +520,259 @@ def client_kill(ctx: ActivityContext, p: ClientKillParams) -> dict[str, Any]:
             except redis.ResponseError:
                 pass  # it left on its own meanwhile
     return {"matched": len(matched), "killed": killed}
+
+
+# --- replica promotion (no Sentinel) --------------------------------------------------------------------------
+
+
+@revert_recipe("redis", "follow_master")
+def _recipe_follow_master(args: dict[str, Any]) -> None:
+    with _client(args["url"]) as r:
+        info = r.info("replication")
+        if info.get("role") == "slave" and (
+            str(info.get("master_host")),
+            int(info.get("master_port", 0)),
+        ) == (
+            args["master_host"],
+            int(args["master_port"]),
+        ):
+            return  # already following its master again
+        r.execute_command("REPLICAOF", args["master_host"], str(args["master_port"]))
+
+
+class PromoteParams(_Url):
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="follow the master again after this long"
+    )
+
+
+@action("redis", "promote_replica", PromoteParams, fault_type="error")
+async def promote_replica(ctx: ActivityContext, p: PromoteParams) -> dict[str, Any]:
+    """``REPLICAOF NO ONE`` on a replica (``url``): it stops following its master and takes writes — a
+    failover without Sentinel, or a split brain when the master still runs. Rollback makes it follow the same
+    master again (a full resync: what was written on it meanwhile is discarded)."""
+    client = await anyio.to_thread.run_sync(_connected, p.url)
+    try:
+        try:
+            info = await anyio.to_thread.run_sync(lambda: client.info("replication"))
+        except redis.RedisError as exc:
+            raise _err("INFO", exc, p.url) from None
+        if info.get("role") != "slave":
+            raise DriverError(f"url: {_address(p.url)} is not a replica (role {info.get('role')})")
+        master = {"master_host": str(info["master_host"]), "master_port": int(info["master_port"])}
+        entry = leased_revert(
+            ctx,
+            label=f"redis: {_address(p.url)} follows {master['master_host']}:{master['master_port']} again",
+            driver="redis",
+            revert="follow_master",
+            args={"url": p.url, **master},
+        )
+        try:
+            await anyio.to_thread.run_sync(lambda: client.execute_command("REPLICAOF", "NO", "ONE"))
+        except redis.RedisError as exc:
+            await revert_now(ctx, entry)
+            raise _err("REPLICAOF", exc, p.url) from None
+    finally:
+        client.close()
+    result: dict[str, Any] = {
+        "promoted": _address(p.url),
+        "was_replica_of": f"{master['master_host']}:{master['master_port']}",
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["restored_after_s"] = p.duration_seconds
+    return result
+
+
+# --- Sentinel failover ----------------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _sentinel_master(r: redis.Redis, name: str) -> str:
+    addr = r.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
+    if not addr:
+        raise DriverError(f"master_name: the Sentinel monitors no master named {name!r}")
+    host, port = (_text(x) for x in addr)
+    return f"{host}:{port}"
+
+
+def _settled_master(r: redis.Redis, name: str) -> str | None:
+    """The master once no failover is in progress, else None. GET-MASTER-ADDR-BY-NAME names the promoted
+    replica as soon as it is promoted, while Sentinel still reconfigures the other replicas and clients
+    asking SENTINEL MASTERS (redis-py's Sentinel) still get the old one."""
+    raw = r.execute_command("SENTINEL", "MASTER", name)
+    pairs = list(raw.items()) if isinstance(raw, dict) else list(zip(raw[0::2], raw[1::2], strict=False))
+    info = {_text(k): _text(v) for k, v in pairs}
+    if "failover_in_progress" in info.get("flags", ""):
+        return None
+    return f"{info.get('ip')}:{info.get('port')}"
+
+
+def _sentinel_replicas(r: redis.Redis, name: str) -> list[dict[str, str]]:
+    """The replicas Sentinel knows of ``name``, each a dict of its fields (ip, port, flags, ...)."""
+    out = []
+    for raw in r.execute_command("SENTINEL", "REPLICAS", name) or []:
+        pairs = list(raw.items()) if isinstance(raw, dict) else list(zip(raw[0::2], raw[1::2], strict=False))
+        item = {_text(k): _text(v) for k, v in pairs}
+        out.append(item)
+    return out
+
+
+def _healthy(replica: dict[str, str]) -> bool:
+    flags = replica.get("flags", "")
+    return not any(f in flags for f in ("s_down", "o_down", "disconnected")) and (
+        replica.get("master-link-status") == "ok"
+    )
+
+
+def _failover_to(r: redis.Redis, name: str, want: str | None, deadline: float) -> str:
+    """SENTINEL FAILOVER until the master is ``want`` (any other master when ``want`` is None). Sentinel refuses while a failover is in progress or no replica qualifies yet (a
+    demoted master is reconfigured as a replica within seconds): both are retried until ``deadline``."""
+    start = _sentinel_master(r, name)
+    last = ""
+    while time.monotonic() < deadline:
+        current = _settled_master(r, name)
+        if current is not None and ((want is None and current != start) or current == want):
+            return current
+        try:
+            r.execute_command("SENTINEL", "FAILOVER", name)
+        except redis.ResponseError as exc:
+            last = str(exc)  # INPROG / NOGOODSLAVE: wait and try again
+        time.sleep(0.5)
+    raise DriverError(
+        f"master_name: Sentinel did not move {name!r} {'to ' + want if want else 'off ' + start} "
+        f"in time ({last or 'master unchanged'})"
+    )
+
+
+def _steer(want: str, replicas: list[dict[str, str]], password: str | None) -> dict[str, str]:
+    """Make ``want`` the only replica Sentinel may promote: replica-priority 0 on the others. Returns their
+    earlier priorities, {addr: priority}, to put back."""
+    earlier: dict[str, str] = {}
+    for rep in replicas:
+        addr = f"{rep.get('ip')}:{rep.get('port')}"
+        if addr == want or not _healthy(rep):
+            continue
+        host, port = addr.rsplit(":", 1)
+        with redis.Redis(
+            host=host, port=int(port), password=password, socket_timeout=_TIMEOUT_S, socket_connect_timeout=2
+        ) as node:
+            earlier[addr] = str(node.config_get("replica-priority")["replica-priority"])
+            node.config_set("replica-priority", 0)
+    return earlier
+
+
+@revert_recipe("redis", "sentinel_failback")
+def _recipe_sentinel_failback(args: dict[str, Any]) -> None:
+    name, want = args["master_name"], args["original_master"]
+    deadline = time.monotonic() + float(args.get("timeout_seconds", 60))
+    with _client(args["sentinel_url"]) as r:
+        if _sentinel_master(r, name) == want:
+            return  # already back (or never moved)
+        while True:  # the old master must first be known, and in sync, as a replica of the new one
+            reps = _sentinel_replicas(r, name)
+            if any(f"{x.get('ip')}:{x.get('port')}" == want and _healthy(x) for x in reps):
+                break
+            if time.monotonic() > deadline:
+                raise DriverError(
+                    f"master_name: {want} is not a healthy replica of {name!r}; cannot fail back"
+                )
+            time.sleep(0.5)
+        earlier = _steer(want, reps, args.get("node_password"))
+        try:
+            _failover_to(r, name, want, deadline)
+        finally:
+            for addr, prio in earlier.items():
+                host, port = addr.rsplit(":", 1)
+                with (
+                    contextlib.suppress(redis.RedisError),
+                    redis.Redis(
+                        host=host,
+                        port=int(port),
+                        password=args.get("node_password"),
+                        socket_timeout=_TIMEOUT_S,
+                    ) as node,
+                ):
+                    node.config_set("replica-priority", int(prio))
+
+
+class SentinelFailoverParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sentinel_url: str = Field(description="one Sentinel: redis://[:password@]host:26379")
+    master_name: str = Field(
+        min_length=1, description="the monitored master's name (sentinel monitor <name>)"
+    )
+    node_password: str | None = Field(
+        default=None,
+        description="password of the Redis servers themselves (the revert sets replica-priority on the "
+        "replicas that must not take over); use a secret",
+    )
+    timeout_seconds: float = Field(default=60, gt=0, le=600)
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="fail back after this long; omit to hold until rollback"
+    )
+
+
+@action("redis", "sentinel_failover", SentinelFailoverParams, fault_type="error")
+async def sentinel_failover(ctx: ActivityContext, p: SentinelFailoverParams) -> dict[str, Any]:
+    """``SENTINEL FAILOVER``: a replica becomes the master and the old master a replica of it, exactly as
+    after a real failover (clients that ask Sentinel move; clients pinned to the old master get READONLY).
+    Rollback fails back: once the old master is an in-sync replica, the other replicas get replica-priority 0
+    for a moment and Sentinel fails over again to it."""
+
+    def check() -> str:
+        with _client(p.sentinel_url) as r:
+            try:
+                master = _sentinel_master(r, p.master_name)
+                replicas = _sentinel_replicas(r, p.master_name)
+            except redis.ResponseError as exc:
+                raise DriverError(
+                    f"sentinel_url: {_address(p.sentinel_url)} is not a Sentinel: {exc}"
+                ) from None
+            except redis.RedisError as exc:
+                raise DriverError(f"sentinel_{_err('SENTINEL', exc, p.sentinel_url)}") from None
+        if not any(_healthy(x) for x in replicas):
+            raise DriverError(
+                f"master_name: {p.master_name!r} ({master}) has no healthy replica to fail over to"
+            )
+        return master
+
+    original = await anyio.to_thread.run_sync(check)
+    entry = leased_revert(
+        ctx,
+        label=f"redis: fail {p.master_name} back to {original} (Sentinel {_address(p.sentinel_url)})",
+        driver="redis",
+        revert="sentinel_failback",
+        args={
+            "sentinel_url": p.sentinel_url,
+            "master_name": p.master_name,
+            "original_master": original,
+            "node_password": p.node_password,
+            "timeout_seconds": p.timeout_seconds,
+        },
+        ttl_s=max(float(ctx.configuration.get("lease_ttl_s", 30.0)), p.timeout_seconds * 2),
+    )
+
+    def apply() -> tuple[str, float]:
+        t0 = time.monotonic()
+        try:
+            with _client(p.sentinel_url) as r:
+                new = _failover_to(r, p.master_name, None, t0 + p.timeout_seconds)
+        except redis.RedisError as exc:
+            raise DriverError(f"sentinel_{_err('SENTINEL FAILOVER', exc, p.sentinel_url)}") from None
+        return new, time.monotonic() - t0
+
+    try:
+        new, took = await anyio.to_thread.run_sync(apply)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    result: dict[str, Any] = {"old_master": original, "new_master": new, "failover_in_s": round(took, 3)}
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        result["failed_back_after_s"] = p.duration_seconds
+    return result
 
 
 # --- probes ---------------------------------------------------------------------------------------------------
