@@ -694,9 +694,11 @@ def _scorecard(key: str, rows: list[dict[str, Any]]) -> Scorecard:
         elif ratio is not None and ratio >= RECOVERY_TREND_RATIO:
             trend, reason = "degrading", f"recovery {ratio:.2f}x slower (median, newer {h} vs older {h} runs)"
         elif ratio is not None and ratio <= 1 / RECOVERY_TREND_RATIO:
+            # a newer median of 0 s (recovered by the first check) has no finite speed-up to print
+            faster = f"{1 / ratio:.2f}x faster" if ratio > 0 else "immediate now"
             trend, reason = (
                 "improving",
-                f"recovery {1 / ratio:.2f}x faster (median, newer {h} vs older {h} runs)",
+                f"recovery {faster} (median, newer {h} vs older {h} runs)",
             )
         else:
             trend, reason = (
