@@ -480,6 +480,8 @@ def ingest_journals(store: Any, journals: Iterable[Any], batch: int = 5_000) -> 
     total = 0
     pending: list[dict[str, Any]] = []
 
+    from pydantic_core import to_json
+
     def flush() -> None:
         tables: dict[str, list[dict[str, Any]]] = {
             "runs": [],
@@ -488,7 +490,8 @@ def ingest_journals(store: Any, journals: Iterable[Any], batch: int = 5_000) -> 
             "run_metrics": [],
         }
         for j in pending:
-            body = json.dumps(j, ensure_ascii=False)
+            # pydantic-core's encoder: json.dumps of the whole journal was a third of a ClickHouse ingest
+            body = to_json(j, fallback=str, inf_nan_mode="constants").decode()
             for table, rows in journal_rows(j, body=body).items():
                 tables[table] += rows
             tables["run_metrics"].append(run_metrics_row(j))
