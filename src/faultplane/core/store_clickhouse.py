@@ -392,8 +392,28 @@ class ClickHouseStore:
                     "INSERT INTO schema_migrations (owner, name, applied_at) VALUES (?, ?, ?)",
                     [owner, name, time.time()],
                 )
+            for name, min_major, statement in _CLICKHOUSE_ONLY.get(owner, ()):
+                if name not in done:
+                    self._engine_migration(owner, name, min_major, statement)
             self._column_types.clear()
             self._migrated.add(key)
+
+    def _engine_migration(self, owner: str, name: str, min_major: int, statement: str) -> None:
+        """A ClickHouse-only migration, applied once the server is recent enough; on an older server it is left
+        unrecorded, so the first command after an upgrade applies it."""
+        try:
+            major = int(self.server_version.split(".")[0])
+        except ValueError:
+            return
+        if major < min_major:
+            return
+        table, column = re.match(r"ALTER TABLE (\w+) MODIFY COLUMN (\w+)", statement).groups()  # type: ignore[union-attr]
+        ch_type = self._types(table)[column]
+        self.execute(statement.format(type=ch_type))
+        self.execute(
+            "INSERT INTO schema_migrations (owner, name, applied_at) VALUES (?, ?, ?)",
+            [owner, name, time.time()],
+        )
 
     def _column_exists(self, statement: str) -> bool:
         """True for an ADD COLUMN whose column is already there (another process migrated first)."""
@@ -480,6 +500,20 @@ class ClickHouseStore:
                 marker.unlink(missing_ok=True)
         finally:
             self._flushing = False
+
+
+# Storage settings only ClickHouse has, by owner: (name, first major version that has it, statement with {type}
+# for the column's current type). Journal bodies are JSON text, which ZSTD stores in about half LZ4's space
+# (column codecs exist from 19.x; Debian's 18.16 keeps LZ4).
+_CLICKHOUSE_ONLY: dict[str, list[tuple[str, int, str]]] = {
+    "core": [
+        (
+            "ch-core-001-zstd-journal-bodies",
+            19,
+            "ALTER TABLE journals MODIFY COLUMN body {type} CODEC(ZSTD(3))",
+        )
+    ]
+}
 
 
 def _to_bool(value: Any) -> Any:
