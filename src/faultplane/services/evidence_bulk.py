@@ -128,9 +128,10 @@ _JOURNALS = "INSERT INTO journals (run_id, written_at, body) SELECT fp_str(run_i
 
 _METRICS = """
 -- the journal's fields come from _fp_src's one parse; each nested object is parsed once more by one json_extract
--- of all its fields (`->` chains parse the object again for every field), and no CTE carries the bodies
+-- of all its fields (`->` chains parse the object again for every field); no materialized CTE carries the bodies
+-- or the activity lists (the lists are read from _fp_src where they are needed)
 WITH src AS MATERIALIZED (
-    SELECT id, run_id, family, exp_title, dry_run, start_, duration, breach, stage, status, run, samples,
+    SELECT id, run_id, family, exp_title, dry_run, start_, duration, breach, stage, status,
            fp_obj(recovery) AS rec,
            CASE WHEN fp_truthy(estimate) THEN estimate
                 WHEN fp_truthy(exp_estimate) THEN exp_estimate END AS est,
@@ -180,7 +181,7 @@ gates AS (
            max(CASE WHEN fp_str(f[1]) = 'error_rate' THEN fp_num(f[2]) END) AS err_peak,
            max(CASE WHEN fp_str(f[1]) = 'latency_p99' THEN fp_num(f[2]) END) AS p99_peak
     FROM (SELECT id, json_extract(s, ['$.sli', '$.value']) AS f
-          FROM (SELECT id, unnest(fp_list(samples)) AS s FROM base WHERE fp_truthy(samples)))
+          FROM (SELECT id, unnest(fp_list(samples)) AS s FROM _fp_src WHERE fp_truthy(samples)))
     GROUP BY id
 ),
 actions AS MATERIALIZED (
@@ -190,7 +191,7 @@ actions AS MATERIALIZED (
         SELECT id, k, json_extract(a, ['$.activity.type', '$.activity.provider.arguments', '$.output',
                                        '$.activity.provider.driver', '$.activity.provider.name']) AS f
         FROM (SELECT id, unnest(l) AS a, generate_subscripts(l, 1) AS k
-              FROM (SELECT id, fp_list(run) AS l FROM base)))
+              FROM (SELECT id, fp_list(run) AS l FROM _fp_src)))
     WHERE fp_str(f[1]) = 'action'
 ),
 candidates AS (
