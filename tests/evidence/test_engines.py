@@ -166,3 +166,37 @@ def test_migrations_are_versioned_and_applied_once(ch_store: ClickHouseStore, tm
         to_clickhouse("UPDATE runs SET status = 'x'")
     with pytest.raises(MigrationError, match="column blob: type BLOB"):
         to_clickhouse("CREATE TABLE IF NOT EXISTS t (blob BLOB)")
+
+
+def test_journal_bodies_zstd_where_the_server_has_codecs(
+    ch_store: ClickHouseStore, chdb: ClickHouseStore
+) -> None:
+    """ClickHouse 19+ (chDB 26.x here) stores journal bodies with ZSTD, recorded once as a migration; Debian's
+    18.16 has no column codecs and leaves it unrecorded, for the first command after an upgrade to apply."""
+    for store in (ch_store, chdb):
+        major = int(store.server_version.split(".")[0])
+        codec = (
+            store.query(
+                "SELECT compression_codec AS c FROM system.columns WHERE database = ? AND table = 'journals' "
+                "AND name = 'body'",
+                [store.database],
+            )
+            if major >= 19
+            else []
+        )
+        names = [r["name"] for r in store.query("SELECT name FROM schema_migrations WHERE owner = 'core'")]
+        if major >= 19:
+            assert codec[0]["c"] == "CODEC(ZSTD(3))"
+            assert names.count("ch-core-001-zstd-journal-bodies") == 1
+            type(store)._migrated.clear()  # a new process: applied once, not again
+            store.ensure_schema("core", [])
+            names = [
+                r["name"] for r in store.query("SELECT name FROM schema_migrations WHERE owner = 'core'")
+            ]
+            assert names.count("ch-core-001-zstd-journal-bodies") == 1
+        else:
+            assert "ch-core-001-zstd-journal-bodies" not in names
+        store.insert(
+            "journals", [{"run_id": "r1", "written_at": dt.datetime.now(dt.UTC), "body": '{"a": 1}'}]
+        )
+        assert store.query("SELECT body FROM journals WHERE run_id = 'r1'")[0]["body"] == '{"a": 1}'

@@ -188,3 +188,27 @@ def test_dry_runs_are_not_scored(real_runs: Any, tmp_path: Path, lab_policy: Pat
     anyio.run(lambda: run_experiment(exp, store=store, dry_run=True, journal_dir=tmp_path))
     assert ev.summarize(store).runs_total == 0
     assert ev.scorecards(store) == []
+
+
+def test_recovery_that_became_immediate_is_an_improving_trend() -> None:
+    """Newer runs recovering at the first check (median 0 s) against slower older ones: a trend, not a crash."""
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        {
+            "run_id": f"r{i}",
+            "experiment_key": "exp",
+            "experiment_title": "exp",
+            "status": "completed",
+            "passed": True,
+            "run_score": 100.0,
+            "time_to_recover_s": 0.0 if i < 4 else 0.5,
+            "recovery_met": True,
+            "started_at": t0 - timedelta(minutes=i),
+        }
+        for i in range(8)  # newest first
+    ]
+    card = ev._scorecard("exp", rows)
+    assert card.trend == "improving"
+    assert "immediate" in card.trend_reason

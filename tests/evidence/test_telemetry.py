@@ -3,6 +3,7 @@ real HTTP receiver on loopback; nothing at all when no endpoint is configured.""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import gzip
@@ -310,3 +311,92 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
     assert dead in lines[0] and "dropped" in lines[0] and "spans" in lines[0]
+
+
+def _tiny_experiment(tmp_path: Path) -> Path:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(LAB_POLICY, encoding="utf-8")
+    probe = {
+        "type": "probe",
+        "name": "p",
+        "tolerance": {"type": "range", "range": [0, 200]},
+        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
+    }
+    exp = tmp_path / "exp.json"
+    exp.write_text(
+        json.dumps(
+            {"title": "t", "steady-state-hypothesis": {"title": "h", "probes": [probe]}, "method": [probe]}
+        ),
+        encoding="utf-8",
+    )
+    return exp
+
+
+def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
+    """A collector that accepts connections and never answers: the run exits without waiting out the export
+    timeout, its unsent telemetry goes to a detached sender, which logs the drop and marks the collector dead, so
+    the next run drops at once with one line."""
+    import os
+    import re
+    import signal
+    import socket
+    import time
+
+    from clihelp import cli
+
+    exp = _tiny_experiment(tmp_path)
+    hung = socket.socket()  # listening, never accepting: the kernel completes the handshake, nobody answers
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    endpoint = f"http://127.0.0.1:{hung.getsockname()[1]}"
+    state = tmp_path / "state"
+    pids: list[int] = []
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("FAULTPLANE_POLICY", str(tmp_path / "policy.yaml"))
+            mp.setenv("XDG_STATE_HOME", str(state))
+            mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            # an export timeout far above the CLI's own timeout: a run that waited for it could not pass
+            mp.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "600000")
+            first = cli("run", str(exp), "--output", "json", timeout=120)
+            assert first.returncode == 0, first.stderr
+            lines = [ln for ln in first.stderr.splitlines() if ln.strip()]
+            assert len(lines) == 1, first.stderr
+            assert endpoint in lines[0] and "background sender" in lines[0] and "spans" in lines[0]
+            m = re.search(r"pid (\d+)", lines[0])
+            assert m
+            pids.append(int(m.group(1)))
+            os.kill(pids[-1], 0)  # the sender still waits on the collector after the run has ended
+            os.kill(pids.pop(), signal.SIGTERM)
+
+            # a short timeout: whoever sees it (the detached sender, or the run's own thread on a loaded machine)
+            # drops the telemetry and marks the collector dead for the next processes
+            mp.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+            second = cli("run", str(exp), "--output", "json", timeout=120)
+            assert second.returncode == 0, second.stderr
+            m = re.search(r"pid (\d+)", second.stderr)
+            if m:
+                pids.append(int(m.group(1)))
+            dead_file = state / "faultplane" / "otlp-dead.json"
+            log = state / "faultplane" / "otlp.log"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (
+                dead_file.exists() and (not m or "dropped" in log.read_text(encoding="utf-8"))
+            ):
+                time.sleep(0.1)
+            assert endpoint in dead_file.read_text(encoding="utf-8")
+            if m:
+                assert f"collector {endpoint} unreachable (timeout" in log.read_text(encoding="utf-8")
+
+            mp.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "600000")
+            third = cli("run", str(exp), "--output", "json", timeout=120)
+            assert third.returncode == 0, third.stderr
+            lines = [ln for ln in third.stderr.splitlines() if ln.strip()]
+            assert len(lines) == 1, third.stderr
+            assert "dropped" in lines[0] and "spans" in lines[0] and endpoint in lines[0]
+            assert "timeout after 0.5 s" in lines[0] and "seen at" in lines[0]
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        hung.close()

@@ -228,9 +228,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if debug:
             raise
-        from faultplane.core.clickhouse_wire import ClickHouseStoreError
+        from faultplane.core.clickhouse_wire import StoreError
 
-        if isinstance(exc, ClickHouseStoreError):
+        if isinstance(exc, StoreError):
             # a store that cannot be reached or is misconfigured: one line naming it and what to check
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None

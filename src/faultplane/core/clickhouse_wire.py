@@ -19,6 +19,7 @@ __all__ = [
     "ChdbWire",
     "ClickHouseStoreError",
     "HttpWire",
+    "StoreError",
     "Wire",
     "bind",
     "decode_compact",
@@ -26,7 +27,12 @@ __all__ = [
 ]
 
 
-class ClickHouseStoreError(RuntimeError):
+class StoreError(RuntimeError):
+    """An evidence store (DuckDB file or ClickHouse) could not be opened or reached; the message names it and says
+    what to check. The CLI prints it as one line (exit 2)."""
+
+
+class ClickHouseStoreError(StoreError):
     """The ClickHouse store could not be reached or refused a statement; the message says what to fix."""
 
 

@@ -30,12 +30,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultplane.core.clickhouse_wire import StoreError
 from faultplane.core.migrations import CORE_MIGRATIONS as _CORE_MIGRATIONS
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["Store", "StoreBusyError", "default_store_path", "open_store"]
+__all__ = ["Store", "StoreBusyError", "StoreError", "default_store_path", "open_store"]
 
 _LOCK_WAIT_S = 30.0
 _log = logging.getLogger("faultplane.store")
@@ -78,7 +79,7 @@ def _close_all() -> None:
 # The versioned schema (shared with the ClickHouse backend) lives in core.migrations.
 
 
-class StoreBusyError(RuntimeError):
+class StoreBusyError(StoreError):
     """Another process held the store's lock for longer than we were willing to wait."""
 
 
@@ -91,6 +92,11 @@ def default_store_path() -> Path:
     return Path(data_home) / "faultplane" / "faultplane.duckdb"
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 class Store:
     """A DuckDB-file store. Cheap to construct; each call opens and closes the file unless inside `batch()`."""
 
@@ -101,7 +107,13 @@ class Store:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         # nothing is opened here: the schema is checked by the first operation that needs the file
         self.path = Path(path).expanduser() if path else default_store_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"store {self.path}: cannot create its directory ({exc.strerror or exc}); check the path and its "
+                "permissions, or choose another --store / FAULTPLANE_STORE"
+            ) from None
         self.pending_dir = self.path.with_name(self.path.name + ".pending")
 
     def __repr__(self) -> str:
@@ -173,10 +185,21 @@ class Store:
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     if "lock" in str(exc).lower():
-                        raise StoreBusyError(f"store {self.path} is locked by another process") from exc
-                    raise
+                        raise StoreBusyError(
+                            f"store {self.path} is locked by another process for more than {_LOCK_WAIT_S:.0f} s; "
+                            "check for a faultplane process that holds it, or choose another --store"
+                        ) from exc
+                    raise StoreError(
+                        f"store {self.path}: cannot open it ({_first_line(exc)}); check that it is a DuckDB file "
+                        "Faultplane wrote and that its directory is writable, or choose another --store"
+                    ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
+            except (duckdb.Error, OSError) as exc:
+                raise StoreError(
+                    f"store {self.path}: cannot open it ({_first_line(exc)}); check that it is a DuckDB file "
+                    "Faultplane wrote and that its directory is writable, or choose another --store"
+                ) from None
 
     def _created(self) -> None:
         """A new database file (the first, or one made after the old was deleted): what this process and the

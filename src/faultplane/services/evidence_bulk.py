@@ -36,9 +36,10 @@ _MACROS = [
 ]
 
 _SOURCE = """
-CREATE OR REPLACE TEMP TABLE _fp_src AS
--- every field the rows need, extracted in one parse of each journal (each `->` on the whole body parses it again)
-SELECT id, body, json_type(j) AS kind,
+CREATE OR REPLACE TEMP TABLE _fp_raw AS
+-- every field the rows need, extracted in one parse of each journal: each `->` on the whole body, json_type(body)
+-- included, would parse it again (the body is ~4 KiB, its fields a few bytes)
+SELECT body,
        x[1] AS run_id,
        x[2] AS family,
        x[3] AS status,
@@ -67,11 +68,21 @@ SELECT id, body, json_type(j) AS kind,
        x[26] AS breach,
        x[27] AS load
 FROM (
-    SELECT id, j, body, json_extract(j, ['$.run_id', '$.family', '$.status', '$.dry_run', '$.start', '$.end', '$.duration', '$.error', '$.seed', '$.controller_pid', '$.content_hash', '$.verdict', '$.experiment.title', '$.experiment.tags', '$.experiment.estimate', '$.estimate', '$.policy.stage', '$.steady_states.before.steady_state_met', '$.steady_states.after.steady_state_met', '$.steady_states.before.probes', '$.steady_states.after.probes', '$.run', '$.rollbacks', '$.steady_states.recovery', '$.gates.samples', '$.gates.breach', '$.load']) AS x FROM (
-        SELECT row_number() OVER () AS id, json AS j, json::VARCHAR AS body
-        FROM read_ndjson_objects($files, maximum_object_size = $max_size))
-    -- a run written twice keeps its last journal, as writing them one after the other would
-    QUALIFY row_number() OVER (PARTITION BY j ->> 'run_id' ORDER BY id DESC) = 1)
+    SELECT json::VARCHAR AS body, json_extract(json, ['$.run_id', '$.family', '$.status', '$.dry_run', '$.start', '$.end', '$.duration', '$.error', '$.seed', '$.controller_pid', '$.content_hash', '$.verdict', '$.experiment.title', '$.experiment.tags', '$.experiment.estimate', '$.estimate', '$.policy.stage', '$.steady_states.before.steady_state_met', '$.steady_states.after.steady_state_met', '$.steady_states.before.probes', '$.steady_states.after.probes', '$.run', '$.rollbacks', '$.steady_states.recovery', '$.gates.samples', '$.gates.breach', '$.load']) AS x
+    FROM read_ndjson_objects($files, maximum_object_size = $max_size))
+"""
+
+# a table keeps the order of its insert (preserve_insertion_order): the rowid is the line's place in the files
+_SOURCE_VIEW = "CREATE OR REPLACE TEMP VIEW _fp_src AS SELECT rowid AS id, * FROM _fp_raw"
+
+# a run written twice keeps its last journal, as writing them one after the other would; a window over the small
+# columns only (over the whole rows it copied every body through the sort)
+_DEDUPE = """
+DELETE FROM _fp_raw WHERE rowid IN (
+    SELECT id FROM (
+        SELECT rowid AS id, row_number() OVER (PARTITION BY fp_str(run_id) ORDER BY rowid DESC) AS n
+        FROM _fp_raw WHERE fp_str(run_id) IS NOT NULL)
+    WHERE n > 1)
 """
 
 _RUNS = """
@@ -90,34 +101,37 @@ SELECT fp_str(run_id), fp_str(exp_title), fp_str(family), fp_str(content_hash),
 FROM _fp_src
 """
 
-# the order of journal_rows: method runs, rollbacks, then the probes before and after
+# the order of journal_rows: method runs, rollbacks, then the probes before and after; each activity's fields are
+# extracted in one parse of it
 _ACTIVITIES = """
-WITH acts AS (
-    SELECT id, fp_str(run_id) AS run_id, 0 AS part, 'method' AS phase, unnest(fp_list(run)) AS a,
-           generate_subscripts(fp_list(run), 1) AS k FROM _fp_src
-    UNION ALL
-    SELECT id, fp_str(run_id), 1, 'rollbacks', unnest(fp_list(rollbacks)),
-           generate_subscripts(fp_list(rollbacks), 1) FROM _fp_src
-    UNION ALL
-    SELECT id, fp_str(run_id), 2, 'hypothesis_before', unnest(fp_list(before_probes)),
-           generate_subscripts(fp_list(before_probes), 1) FROM _fp_src
-    UNION ALL
-    SELECT id, fp_str(run_id), 3, 'hypothesis_after', unnest(fp_list(after_probes)),
-           generate_subscripts(fp_list(after_probes), 1) FROM _fp_src
+WITH lists AS (
+    SELECT id, fp_str(run_id) AS run_id, 0 AS part, 'method' AS phase, fp_list(run) AS l FROM _fp_src
+    UNION ALL SELECT id, fp_str(run_id), 1, 'rollbacks', fp_list(rollbacks) FROM _fp_src
+    UNION ALL SELECT id, fp_str(run_id), 2, 'hypothesis_before', fp_list(before_probes) FROM _fp_src
+    UNION ALL SELECT id, fp_str(run_id), 3, 'hypothesis_after', fp_list(after_probes) FROM _fp_src
+),
+acts AS (
+    SELECT id, run_id, part, phase, k,
+           json_extract(a, ['$.activity.name', '$.activity.type', '$.status', '$.start', '$.end', '$.duration',
+                            '$.output', '$.exception']) AS f
+    FROM (SELECT id, run_id, part, phase, unnest(l) AS a, generate_subscripts(l, 1) AS k FROM lists)
 )
 INSERT INTO activities (run_id, seq, phase, name, type, status, started_at, ended_at, duration_s, output, error)
 SELECT run_id, (row_number() OVER (PARTITION BY id ORDER BY part, k) - 1)::INTEGER, phase,
-       fp_str(a -> 'activity' -> 'name'), fp_str(a -> 'activity' -> 'type'), fp_str(a -> 'status'),
-       fp_str(a -> 'start')::TIMESTAMPTZ, fp_str(a -> 'end')::TIMESTAMPTZ, fp_num(a -> 'duration'),
-       coalesce((a -> 'output')::VARCHAR, 'null'), fp_str(a -> 'exception')
+       fp_str(f[1]), fp_str(f[2]), fp_str(f[3]),
+       fp_str(f[4])::TIMESTAMPTZ, fp_str(f[5])::TIMESTAMPTZ, fp_num(f[6]),
+       coalesce(f[7]::VARCHAR, 'null'), fp_str(f[8])
 FROM acts
 """
 
 _JOURNALS = "INSERT INTO journals (run_id, written_at, body) SELECT fp_str(run_id), now(), body FROM _fp_src"
 
 _METRICS = """
-WITH base AS MATERIALIZED (
-    SELECT *,
+-- the journal's fields come from _fp_src's one parse; each nested object is parsed once more by one json_extract
+-- of all its fields (`->` chains parse the object again for every field); no materialized CTE carries the bodies
+-- or the activity lists (the lists are read from _fp_src where they are needed)
+WITH src AS MATERIALIZED (
+    SELECT id, run_id, family, exp_title, dry_run, start_, duration, breach, stage, status,
            fp_obj(recovery) AS rec,
            CASE WHEN fp_truthy(estimate) THEN estimate
                 WHEN fp_truthy(exp_estimate) THEN exp_estimate END AS est,
@@ -125,10 +139,18 @@ WITH base AS MATERIALIZED (
                 ELSE fp_obj(load) END AS load_fig
     FROM _fp_src
 ),
+base AS MATERIALIZED (
+    SELECT *,
+           json_extract(rec, ['$.checks', '$.window_s', '$.steady_state_met', '$.time_to_recover_s']) AS r,
+           json_extract(est, ['$.recovery_seconds', '$.error_rate', '$.latency_p99_ms']) AS e,
+           json_extract(load_fig, ['$.error_rate', '$.latency_p99_ms', '$.latency_p99']) AS lf
+    FROM src
+),
 checks AS MATERIALIZED (
-    SELECT id, k, fp_num(c -> 't') AS t, fp_truthy(c -> 'met') AS met FROM (
-        SELECT id, unnest(fp_list(rec -> 'checks')) AS c, generate_subscripts(fp_list(rec -> 'checks'), 1) AS k
-        FROM base WHERE fp_truthy(rec -> 'checks'))
+    SELECT id, k, fp_num(c[1]) AS t, fp_truthy(c[2]) AS met FROM (
+        SELECT id, json_extract(c, ['$.t', '$.met']) AS c, k FROM (
+            SELECT id, unnest(l) AS c, generate_subscripts(l, 1) AS k
+            FROM (SELECT id, fp_list(r[1]) AS l FROM base WHERE fp_truthy(r[1]))))
 ),
 passing AS (
     SELECT id, k, t, first_value(t) OVER (PARTITION BY id, g ORDER BY k) AS run_start FROM (
@@ -138,36 +160,39 @@ passing AS (
 sustained AS (
     SELECT p.id, arg_min(p.run_start, p.k) AS ttr
     FROM passing p JOIN base b USING (id)
-    WHERE p.t - p.run_start >= coalesce(fp_num(b.rec -> 'window_s'), 0.0)
+    WHERE p.t - p.run_start >= coalesce(fp_num(b.r[2]), 0.0)
     GROUP BY p.id
 ),
 recovery AS (
     SELECT b.id,
            CASE WHEN NOT fp_truthy(b.rec) THEN NULL
-                WHEN fp_truthy(b.rec -> 'checks') THEN s.ttr IS NOT NULL
-                ELSE fp_nn(b.rec -> 'steady_state_met')::BOOLEAN END AS met,
+                WHEN fp_truthy(b.r[1]) THEN s.ttr IS NOT NULL
+                ELSE fp_nn(b.r[3])::BOOLEAN END AS met,
            CASE WHEN NOT fp_truthy(b.rec) THEN NULL
-                WHEN fp_truthy(b.rec -> 'checks') THEN round(s.ttr, 6)
-                WHEN fp_truthy(b.rec -> 'steady_state_met') THEN fp_num(b.rec -> 'time_to_recover_s') END AS ttr,
+                WHEN fp_truthy(b.r[1]) THEN round(s.ttr, 6)
+                WHEN fp_truthy(b.r[3]) THEN fp_num(b.r[4]) END AS ttr,
            CASE WHEN NOT fp_truthy(b.rec) THEN NULL
-                WHEN fp_truthy(b.rec -> 'checks') THEN coalesce(fp_num(b.rec -> 'window_s'), 0.0)
+                WHEN fp_truthy(b.r[1]) THEN coalesce(fp_num(b.r[2]), 0.0)
                 ELSE 0.0 END AS window_s
     FROM base b LEFT JOIN sustained s USING (id)
 ),
 gates AS (
     SELECT id,
-           max(CASE WHEN fp_str(s -> 'sli') = 'error_rate' THEN fp_num(s -> 'value') END) AS err_peak,
-           max(CASE WHEN fp_str(s -> 'sli') = 'latency_p99' THEN fp_num(s -> 'value') END) AS p99_peak
-    FROM (SELECT id, unnest(fp_list(samples)) AS s FROM base)
+           max(CASE WHEN fp_str(f[1]) = 'error_rate' THEN fp_num(f[2]) END) AS err_peak,
+           max(CASE WHEN fp_str(f[1]) = 'latency_p99' THEN fp_num(f[2]) END) AS p99_peak
+    FROM (SELECT id, json_extract(s, ['$.sli', '$.value']) AS f
+          FROM (SELECT id, unnest(fp_list(samples)) AS s FROM _fp_src WHERE fp_truthy(samples)))
     GROUP BY id
 ),
 actions AS MATERIALIZED (
-    SELECT id, k, a -> 'activity' AS act, fp_obj(a -> 'activity' -> 'provider' -> 'arguments') AS args,
-           fp_obj(a -> 'output') AS output,
-           lower(coalesce(fp_str(a -> 'activity' -> 'provider' -> 'driver'), '') || '.'
-                 || coalesce(fp_str(a -> 'activity' -> 'provider' -> 'name'), '')) AS pname
-    FROM (SELECT id, unnest(fp_list(run)) AS a, generate_subscripts(fp_list(run), 1) AS k FROM base)
-    WHERE fp_str(a -> 'activity' -> 'type') = 'action'
+    SELECT id, k, fp_obj(f[2]) AS args, fp_obj(f[3]) AS output,
+           lower(coalesce(fp_str(f[4]), '') || '.' || coalesce(fp_str(f[5]), '')) AS pname
+    FROM (
+        SELECT id, k, json_extract(a, ['$.activity.type', '$.activity.provider.arguments', '$.output',
+                                       '$.activity.provider.driver', '$.activity.provider.name']) AS f
+        FROM (SELECT id, unnest(l) AS a, generate_subscripts(l, 1) AS k
+              FROM (SELECT id, fp_list(run) AS l FROM _fp_src)))
+    WHERE fp_str(f[1]) = 'action'
 ),
 candidates AS (
     SELECT id, k * 100 AS pos, fp_str(args -> 'fault_type') AS c FROM actions
@@ -185,11 +210,11 @@ faults AS (
     GROUP BY id
 ),
 m AS (
-    SELECT b.id, b.run_id, b.family, b.exp_title, b.dry_run, b.start_, b.duration, b.breach, b.stage, b.est,
+    SELECT b.id, b.run_id, b.family, b.exp_title, b.dry_run, b.start_, b.duration, b.breach, b.stage, b.e,
            r.met, r.ttr, r.window_s, fp_str(b.status) AS status_s,
-           coalesce(fp_num(b.load_fig -> 'error_rate'), g.err_peak) AS err,
-           coalesce(fp_num(b.load_fig -> 'latency_p99_ms'), fp_num(b.load_fig -> 'latency_p99'), g.p99_peak) AS p99,
-           fp_num(b.est -> 'recovery_seconds') AS est_rec, f.types
+           coalesce(fp_num(b.lf[1]), g.err_peak) AS err,
+           coalesce(fp_num(b.lf[2]), fp_num(b.lf[3]), g.p99_peak) AS p99,
+           fp_num(b.e[1]) AS est_rec, f.types
     FROM base b JOIN recovery r USING (id) LEFT JOIN gates g USING (id) LEFT JOIN faults f USING (id)
 )
 INSERT INTO run_metrics (run_id, experiment_key, experiment_title, status, passed, dry_run, started_at, duration_s,
@@ -200,7 +225,7 @@ SELECT fp_str(run_id),
        CASE WHEN fp_truthy(family) THEN fp_str(family) ELSE fp_str(exp_title) END,
        fp_str(exp_title), status_s, coalesce(status_s = 'completed', false),
        fp_truthy(dry_run), fp_str(start_)::TIMESTAMPTZ, fp_num(duration), met, ttr, window_s,
-       est_rec, fp_num(est -> 'error_rate'), fp_num(est -> 'latency_p99_ms'), err, p99,
+       est_rec, fp_num(e[2]), fp_num(e[3]), err, p99,
        fp_truthy(breach), coalesce(types, []::VARCHAR[]), fp_nn(stage)::INTEGER,
        round(100.0 * (0.7 * (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END) + 0.3 * (
            CASE WHEN met IS NULL THEN (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END)
@@ -232,17 +257,18 @@ def ingest_ndjson(
         for macro in _MACROS:
             con.execute(macro)
         con.execute(_SOURCE, {"files": paths, "max_size": max_object_bytes})
+        con.execute(_SOURCE_VIEW)
         try:
             n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
             if not n:
                 return 0
-            bad = con.execute(
-                "SELECT count(*) FROM _fp_src WHERE kind <> 'OBJECT' OR fp_str(run_id) IS NULL"
-            ).fetchone()[0]
+            bad = con.execute("SELECT count(*) FROM _fp_src WHERE fp_str(run_id) IS NULL").fetchone()[0]
             if bad:
                 raise EvidenceError(
                     f"files: {bad} line(s) are not journals (a JSON object with a run_id); fix: one journal per line"
                 )
+            con.execute(_DEDUPE)
+            n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
             con.execute("BEGIN")
             try:
                 for table in ("runs", "activities", "journals", "run_metrics"):
@@ -257,4 +283,5 @@ def ingest_ndjson(
             con.execute("COMMIT")
             return int(n)
         finally:
-            con.execute("DROP TABLE IF EXISTS _fp_src")
+            con.execute("DROP VIEW IF EXISTS _fp_src")
+            con.execute("DROP TABLE IF EXISTS _fp_raw")
