@@ -9,7 +9,6 @@ faultplane analyze baseline --probe latency --experiment svc   a tolerance deriv
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,10 +39,9 @@ ExperimentOpt = Annotated[
 
 
 def _open(store: str | None) -> Any:
-    from faultplane.core.store import open_store
+    from faultplane.cli.stores import open_cli_store
 
-    # a store error reaches cli.main, which prints it on one line
-    return open_store(store if store is not None else os.environ.get("FAULTPLANE_STORE"))
+    return open_cli_store(store, read=True)
 
 
 def _fail(message: str, code: int = 2) -> Any:

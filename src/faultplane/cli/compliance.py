@@ -68,7 +68,7 @@ def report(
     ] = None,
 ) -> None:
     """Coverage from the evidence store: requirements with evidence, gaps, testing frequency, RTO met."""
-    from faultplane.core.store import open_store
+    from faultplane.cli.stores import open_cli_store
     from faultplane.services.compliance import ComplianceError, coverage_report, render_markdown, write_report
 
     fmt = "json" if as_json else fmt
@@ -76,7 +76,7 @@ def report(
         err_console.print(f"[red]--format: {fmt!r} is not a format[/]; fix: use html, markdown or json")
         raise typer.Exit(2)
     try:
-        rep = coverage_report(open_store(store), frameworks=framework or None, rto_seconds=rto)
+        rep = coverage_report(open_cli_store(store, read=True), frameworks=framework or None, rto_seconds=rto)
         if out is not None:
             path = write_report(rep, out, fmt)  # type: ignore[arg-type]
             console.print(f"wrote {path} — coverage {rep.coverage:.0%}, {len(rep.gaps)} gap(s)")
@@ -114,7 +114,7 @@ def periodic(
     Exit 0 coverage held, 1 a requirement covered before is not now, 2 invalid input."""
     from datetime import UTC, datetime
 
-    from faultplane.core.store import open_store
+    from faultplane.cli.stores import open_cli_store
     from faultplane.services.compliance import ComplianceError
     from faultplane.services.coverage_diff import parse_period, periodic_report
 
@@ -132,7 +132,7 @@ def periodic(
             out_dir,
             now=now,
             period_days=parse_period(period),
-            store=open_store(store),
+            store=open_cli_store(store, read=True),
             frameworks=framework or None,
             rto_seconds=rto,
         )

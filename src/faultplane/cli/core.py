@@ -117,12 +117,13 @@ class EventsFormat(enum.StrEnum):
 TableFormat = Literal["table", "json", "toon"]
 
 
-def _use_store(store: str | None) -> Store:
-    from faultplane.core.store import open_store
+def _use_store(store: str | None, *, read: bool = True) -> Store:
+    from faultplane.cli.stores import open_cli_store
 
-    if store is not None:
+    st = open_cli_store(store, read=read)
+    if store is not None:  # the engine's own store lookups (leases, queue) see the same store
         os.environ["FAULTPLANE_STORE"] = str(store)
-    return open_store()
+    return st
 
 
 def _var_names(var: list[str] | None) -> list[str]:
@@ -183,14 +184,18 @@ def validate(
     except ExperimentError as exc:
         _print_issues(exc)
         raise typer.Exit(2) from None
-    report = validate_experiment(
-        experiment,
-        variables=variables,
-        policy_path=policy,
-        runtime=_runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
-        ctk_compat=ctk_compat or None,
-        strict_variables=_var_names(var),
-    )
+    try:
+        report = validate_experiment(
+            experiment,
+            variables=variables,
+            policy_path=policy,
+            runtime=_runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
+            ctk_compat=ctk_compat or None,
+            strict_variables=_var_names(var),
+        )
+    except ExperimentError as exc:  # the policy file itself is unusable: nothing could be judged
+        _print_issues(exc)
+        raise typer.Exit(2) from None
     if output == "json":
         typer.echo(report.model_dump_json(indent=2))
     elif report.valid:
@@ -240,7 +245,7 @@ def run(
     output = chosen(fmt, as_json)
     from faultplane.services.runs import get_journal, recover
 
-    st = _use_store(store)
+    st = _use_store(store, read=False)
     from faultplane.core.store import write_queue_after_exit
 
     write_queue_after_exit()

@@ -64,10 +64,10 @@ def emit(data: Any, output: str) -> bool:
     return True
 
 
-def _store(path: str | None) -> Any:
-    from faultplane.core.store import open_store
+def _store(path: str | None, *, read: bool = True) -> Any:
+    from faultplane.cli.stores import open_cli_store
 
-    return open_store(path)
+    return open_cli_store(path, read=read)
 
 
 def _print_analysis(a: Any) -> None:
@@ -143,7 +143,7 @@ def run(
             lambda: run_gameday(
                 file,
                 variables=values,
-                store=_store(store),
+                store=_store(store, read=False),
                 policy_path=policy,
                 dry_run=dry_run,
                 on_run=progress,

@@ -151,6 +151,14 @@ def main(argv: list[str] | None = None) -> None:
             # a store that cannot be reached or is misconfigured: one line naming it and what to check
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None
+        if type(exc).__name__ == "IOException" and "duckdb" in type(exc).__module__:
+            # DuckDB could not open or write its file: a store that is no database, unreadable or full
+            text = " ".join(str(exc).split())
+            sys.stderr.write(
+                f"error: store: {text}; fix: --store (or $FAULTPLANE_STORE) names a DuckDB file faultplane "
+                "can read and write\n"
+            )
+            raise SystemExit(2) from None
         sys.stderr.write(
             f"faultplane: {_one_line(exc)}\n  run again with --debug for the traceback; if the cause is not "
             "yours, report it with that traceback\n"

@@ -82,6 +82,8 @@ class ActivityContext:
     secret_values: list[str] = field(default_factory=list)
     # Set by the engine while nothing else shares its loop: blocking python functions may then run inline.
     inline: bool = False
+    # Set by the engine: told (label, seconds) when a fault is held for its duration, for the live countdown.
+    on_hold: Callable[[str, float], None] | None = None
 
     def on_revert(self, fn: RevertFn, *, label: str, lease_id: str | None = None) -> RevertEntry:
         """Register how to undo a change. Call it before applying the change."""
