@@ -257,7 +257,7 @@ def baseline_cmd(
     except EvidenceError as exc:
         _fail(str(exc))
     if output != "text":
-        print(dumps(b.model_dump(mode="json"), output))  # type: ignore[arg-type]
+        print(dumps(b.model_dump(mode="json"), output))
         return
     console.print(
         f"[bold]{probe}[/]: {b.n} reading(s)  mean {b.mean:.6g}  sd {b.std:.6g}  median {b.median:.6g}  "

@@ -67,9 +67,8 @@ def _record(kind: str, fields: dict[str, Any], store: str | None) -> None:
     from faultplane.services.dora import DoraError, record_event
 
     try:
-        row = record_event(
-            _store(store, read=False), kind, {k: v for k, v in fields.items() if v is not None}
-        )  # type: ignore[arg-type]
+        given = {k: v for k, v in fields.items() if v is not None}
+        row = record_event(_store(store, read=False), kind, given)  # type: ignore[arg-type]
     except DoraError as exc:
         _fail(exc)
     typer.echo(json.dumps(row))

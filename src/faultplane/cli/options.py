@@ -10,7 +10,7 @@ The spellings commands used before are rewritten by `faultplane.cli.legacy`, wit
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -21,9 +21,13 @@ FormatOpt = typer.Option("--format", "-f", help="what to print")
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for programs (= --format json)")]
 
 
-def chosen(fmt: str, as_json: bool) -> str:
-    """The format asked for: `--json` is `--format json` and wins over any other --format."""
-    return "json" if as_json else fmt
+F = TypeVar("F", bound=str)
+
+
+def chosen(fmt: F, as_json: bool) -> F:
+    """The format asked for: `--json` is `--format json` and wins over any other --format (every command
+    with --json lists json among its formats)."""
+    return cast(F, "json") if as_json else fmt
 
 
 def _command_name(callback: Any) -> str:
