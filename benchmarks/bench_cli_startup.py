@@ -1,28 +1,46 @@
-"""CLI start-up: `faultplane --help` and `--version` against `chaos --help` and a bare interpreter.
+"""CLI start-up: `faultplane --help`, `--version` and a whole small `faultplane run`, against `chaos --help`,
+`chaos run` of the same experiment and a bare interpreter, all measured in this one run.
 
 Each cell is the median wall time of fresh processes, run interleaved so that a burst of load on the machine
-hits every command alike. Targets: `--help` and `--version` under 0.10 s. The whole `faultplane run` against
-`chaos run` is bench_engine_vs_ctk.py's cli row.
+hits every command alike; each ratio is taken pair by pair (the faultplane and chaostoolkit processes of one
+round) and its median printed. Targets: `--help` and `--version` under 0.10 s, and `faultplane run` at most
+1.0 times `chaos run`'s wall time. The experiment is the small one a user tries first: one steady-state probe
+and one action, both python functions. (bench_engine_vs_ctk.py's cli row runs 200 probes.)
 
 Run: `.venv/bin/python benchmarks/bench_cli_startup.py` (chaos from `make bench`'s chaostoolkit).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 REPEATS = 15
 TARGET_S = 0.10
+TARGET_RUN_RATIO = 1.0
+
+PROBE = {"type": "python", "module": "os.path", "func": "isdir", "arguments": {"s": "/"}}
+EXPERIMENT = {
+    "title": "small",
+    "description": "one probe, one action",
+    "steady-state-hypothesis": {
+        "title": "root is there",
+        "probes": [{"type": "probe", "name": "root", "tolerance": True, "provider": PROBE}],
+    },
+    "method": [{"type": "action", "name": "look", "provider": PROBE}],
+}
 
 
-def wall(cmd: list[str]) -> float:
+def wall(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True)
+    proc = subprocess.run(cmd, capture_output=True, env=env, cwd=cwd)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-500:]!r}")
@@ -36,34 +54,61 @@ def main() -> int:
     if not faultplane:
         print("faultplane is not installed in this environment: make bench installs it")
         return 1
-    cells: dict[str, list[str]] = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "faultplane --help": [faultplane, "--help"],
-        "faultplane --version": [faultplane, "--version"],
-    }
-    if chaos:
-        cells["chaos --help"] = [chaos, "--no-version-check", "--help"]
-    for cmd in cells.values():  # warm the file cache and the bytecode
-        wall(cmd)
-    samples: dict[str, list[float]] = {k: [] for k in cells}
-    for _ in range(REPEATS):
-        for name, cmd in cells.items():
-            samples[name].append(wall(cmd))
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        exp = t / "exp.json"
+        exp.write_text(json.dumps(EXPERIMENT))
+        policy = t / "policy.yaml"
+        policy.write_text("gates: {required: false}\n")
+        env = dict(
+            os.environ,
+            FAULTPLANE_STORE=str(t / "store.duckdb"),
+            XDG_DATA_HOME=tmp,
+            XDG_STATE_HOME=tmp,
+            FAULTPLANE_POLICY=str(policy),
+        )
+        cells: dict[str, list[str]] = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "faultplane --help": [faultplane, "--help"],
+            "faultplane --version": [faultplane, "--version"],
+            "faultplane run": [faultplane, "run", str(exp), "-q", "--json"],
+        }
+        if chaos:
+            cells["chaos --help"] = [chaos, "--no-version-check", "--help"]
+            cells["chaos run"] = [chaos, "--no-version-check", "--log-file", str(t / "chaos.log"), "run"]
+            cells["chaos run"] += ["--journal-path", str(t / "journal.json"), str(exp)]
+        for cmd in cells.values():  # warm the file cache and the bytecode; the store exists from here on
+            wall(cmd, env, tmp)
+        samples: dict[str, list[float]] = {k: [] for k in cells}
+        for _ in range(REPEATS):
+            for name, cmd in cells.items():
+                samples[name].append(wall(cmd, env, tmp))
     med = {k: statistics.median(v) for k, v in samples.items()}
     base = med["python -c pass"]
-    peer = med.get("chaos --help")
-    print(f"{'command':<24}{'median s':>10}{'min s':>9}{'vs python':>11}{'vs chaos --help':>17}  target")
+    peers = {
+        "faultplane --help": "chaos --help",
+        "faultplane --version": "chaos --help",
+        "faultplane run": "chaos run",
+    }
+    print(f"{'command':<22}{'median s':>9}{'min s':>8}{'vs python':>10}{'vs chaos (pairs)':>18}  target")
     for name, values in samples.items():
-        vs_chaos = f"{med[name] / peer:.2f}x" if peer else "-"
-        target = ""
-        if name.startswith("faultplane"):
+        peer = peers.get(name)
+        vs_chaos, target = "-", ""
+        if peer in samples:
+            ratio = statistics.median(a / b for a, b in zip(values, samples[peer], strict=True))
+            vs_chaos = f"{ratio:.2f}x {peer.split()[1]}"
+        if name in ("faultplane --help", "faultplane --version"):
             target = f"< {TARGET_S:.2f} s {'MET' if med[name] < TARGET_S else 'NOT MET'}"
+        elif name == "faultplane run" and peer in samples:
+            target = (
+                f"<= {TARGET_RUN_RATIO:.1f}x chaos run {'MET' if ratio <= TARGET_RUN_RATIO else 'NOT MET'}"
+            )
         print(
-            f"{name:<24}{med[name]:>10.3f}{min(values):>9.3f}{med[name] / base:>10.1f}x{vs_chaos:>17}  {target}"
+            f"{name:<22}{med[name]:>9.3f}{min(values):>8.3f}{med[name] / base:>9.1f}x{vs_chaos:>18}  {target}"
         )
-    if not peer:
-        print("(chaostoolkit not installed: no chaos --help column; make bench installs it)")
-    print(f"medians of {REPEATS} interleaved fresh processes each")
+    if not chaos:
+        print("(chaostoolkit not installed: no chaos rows; make bench installs it)")
+    print(f"medians of {REPEATS} interleaved fresh processes each; ratios are medians of per-round pairs")
     return 0
 
 

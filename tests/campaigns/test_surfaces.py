@@ -55,7 +55,7 @@ def test_cli_design_writes_files_and_refuses_bad_input(tmp_path: Path) -> None:
         "json",
     )
     assert r.exit_code == 0, r.output
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)
     assert [d["slug"] for d in data["experiments"]][:2] == ["latency-half-slo", "latency-near-slo"]
     assert len(list(tmp_path.glob("*.yaml"))) == len(data["experiments"])
     assert "DORA-25" in yaml.safe_load(next(tmp_path.glob("00-*.yaml")).read_text())["tags"]
@@ -78,7 +78,7 @@ def test_cli_gameday_run_analyze_and_compliance_report(
         "json",
     )
     assert r.exit_code == 0, r.output
-    run = json.loads(r.output)
+    run = json.loads(r.stdout)
     assert run["planned"] == run["passed"] == 4
     r = invoke("gameday", "analyze", run["gameday_id"])
     assert r.exit_code == 0 and "grade" in r.output and run["gameday_id"] in r.output
@@ -111,7 +111,7 @@ def test_cli_search_exit_codes(demo_url: str, experiments_dir: Path, tmp_path: P
     try:
         r = invoke("search", str(path), "--var", f"service_url={demo_url}", "-o", "json")
         assert r.exit_code in (0, 1), r.output
-        data = json.loads(r.output)
+        data = json.loads(r.stdout)
         assert len(data["trials"]) == 3
         assert (r.exit_code == 0) == data["found_breach"]
         bad = runner.invoke(cli(), ["search", str(path), "--budget", "0"])

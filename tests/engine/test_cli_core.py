@@ -132,8 +132,8 @@ def test_malformed_var_file_is_exit_2_naming_the_file(
     [
         (("journal", "show", "abc", "-f", "xml"), "--format", ("table", "json", "toon")),
         (("runs", "list", "-f", "xml"), "--format", ("table", "json", "toon")),
-        (("run", "x.yaml", "-o", "bogus"), "--output", ("text", "json", "toon")),
-        (("validate", "x.yaml", "-o", "bogus"), "--output", ("text", "json")),
+        (("run", "x.yaml", "-o", "bogus"), "--format", ("text", "json", "toon")),
+        (("validate", "x.yaml", "--output", "bogus"), "--format", ("text", "json")),
     ],
 )
 def test_unknown_formats_are_rejected(args: tuple[str, ...], option: str, allowed: tuple[str, ...]) -> None:

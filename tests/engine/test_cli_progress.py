@@ -84,6 +84,50 @@ def test_events_jsonl_streams_every_event_and_ends_with_the_result(tmp_path: Pat
     assert kinds.index("activity_start") < kinds.index("activity") < kinds.index("end")
 
 
+def _held_fault(pid: int) -> dict[str, Any]:
+    """A real fault with a duration: SIGSTOP a process of the test's, resumed by the driver after 0.5 s."""
+    args = {"pid": pid, "duration_seconds": 0.5}
+    return {
+        "type": "action",
+        "name": "freeze",
+        "provider": {"type": "driver", "driver": "process", "name": "suspend", "arguments": args},
+    }
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_held_fault_is_announced_with_its_duration_and_undone_when_it_ends(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        doc = _experiment(pause_after=0)
+        doc["method"].append(_held_fault(sleeper.pid))
+        out = _run(tmp_path, doc, "--events", "jsonl")
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+        events = [json.loads(line) for line in out.stdout.splitlines()]
+        held = [e for e in events if e["event"] == "fault_held"]
+        assert len(held) == 1 and held[0]["seconds"] == 0.5 and str(sleeper.pid) in held[0]["label"]
+        assert held[0]["until"].endswith("+00:00")
+        kinds = [
+            (e["event"], e.get("name") or (e.get("run") or {}).get("activity", {}).get("name"))
+            for e in events
+        ]
+        start, done = kinds.index(("activity_start", "freeze")), kinds.index(("activity", "freeze"))
+        assert start < events.index(held[0]) < done  # announced while the fault is held
+        assert _state(sleeper.pid) != "T"  # resumed when its time ran out
+
+        text = _run(tmp_path, doc)
+        assert text.returncode == 0, text.stderr
+        assert any(
+            "holding" in ln and str(sleeper.pid) in ln and "for 0.5s" in ln for ln in text.stdout.splitlines()
+        )
+        assert _state(sleeper.pid) != "T"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_a_failed_tolerance_names_the_probe_its_value_and_why(tmp_path: Path) -> None:
     doc = _experiment()
     doc["steady-state-hypothesis"]["probes"][0]["tolerance"] = {"type": "range", "range": [100000, 200000]}

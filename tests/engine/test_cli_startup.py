@@ -60,6 +60,41 @@ def test_help_and_version_import_nothing_heavy(argv: list[str]) -> None:
         assert all(name in stdout for name in COMMANDS)
 
 
+def test_root_help_and_version_load_no_framework() -> None:
+    """Answered before typer (~60 ms of imports) loads: the help text comes from faultplane.cli.commands."""
+    for argv in (["--help"], ["--version"]):
+        probe = _PROBE.format(heavy=("typer", "click")).replace(
+            "from faultplane.cli.entry", "import os\nos.environ['COLUMNS'] = '100'\nfrom faultplane.cli.entry"
+        )
+        out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
+        loaded = next(ln for ln in out.stderr.splitlines() if ln.startswith("LOADED")).split()[1:]
+        assert loaded == [], f"`faultplane {argv[0]}` imported {loaded}"
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_the_fast_root_help_is_what_click_renders(columns: str) -> None:
+    from faultplane.cli.commands import root_help
+
+    env = {**os.environ, "COLUMNS": columns}
+    clicks = subprocess.run(  # faultplane.cli.main: the typer app itself, no fast path
+        [sys.executable, "-m", "faultplane.cli.main", "--help"], capture_output=True, text=True, env=env
+    )
+    fast = subprocess.run(
+        [sys.executable, "-m", "faultplane", "--help"], capture_output=True, text=True, env=env
+    )
+    assert clicks.returncode == fast.returncode == 0
+    assert root_help() == fast.stdout == clicks.stdout
+
+
+def test_a_narrow_terminal_gets_clicks_own_wrapping() -> None:
+    env = {**os.environ, "COLUMNS": "60"}
+    out = subprocess.run(
+        [sys.executable, "-m", "faultplane", "--help"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == 0 and max(map(len, out.stdout.splitlines())) <= 60
+    assert all(name in out.stdout for name in COMMANDS)
+
+
 def test_a_command_loads_only_its_own_module() -> None:
     _, loaded = _loaded("guard", "--help")
     assert not {"duckdb", "faultplane.engine.lifecycle", "mcp", "pyarrow"} & loaded

@@ -32,7 +32,7 @@ def test_default_summary_without_sql(real_runs: Any) -> None:
     assert f"anomaly {real_runs.run_ids[10]}" in res.output
 
     res = invoke("--store", store, "--all", "-o", "json")
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["runs_shown"] == 25 and {c["experiment"] for c in data["experiments"]} == {
         "svc",
         "db",
@@ -98,7 +98,7 @@ def test_baseline_command(real_runs: Any) -> None:
     res = invoke("baseline", "--store", store, "--probe", "latency", "-e", "db", "--phase", "hypothesis_after",
                  "-m", "percentile", "--percentiles", "0,100", "-o", "json")  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["tolerance"] == {"type": "range", "range": [50.0, 170.0]}
+    assert json.loads(res.stdout)["tolerance"] == {"type": "range", "range": [50.0, 170.0]}
     res = invoke("baseline", "--store", store, "--probe", "latency", "-m", "mad")
     assert res.exit_code == 0 and "mad tolerance" in res.output
     res = invoke("baseline", "--store", store, "--probe", "nope")
@@ -130,4 +130,4 @@ def test_analyze_on_clickhouse(real_runs: Any, ch_store: Any, tmp_path: Path) ->
     )
     res = invoke("--store", ch_store.url, "--last", "2", "-o", "json")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["runs_total"] == 25
+    assert json.loads(res.stdout)["runs_total"] == 25

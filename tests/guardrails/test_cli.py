@@ -31,7 +31,7 @@ def test_check_allowed_and_refused(project: Path) -> None:
     assert res.exit_code == 0 and "allowed" in res.output
     res = runner.invoke(app, ["guard", "check", "bad.yaml", "-o", "json"])
     assert res.exit_code == 3
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert out["allowed"] is False and out["violations"][0]["rule"] == "forbidden.labels.env"
     assert out["family"] == "payment-db-latency" and len(out["content_hash"]) == 64
 
@@ -48,7 +48,7 @@ def test_check_reports_three_greens(project: Path) -> None:
         record_run(store, "payment-db-latency", 0)
     res = runner.invoke(app, ["guard", "check", "ok.yaml", "-o", "json"])
     assert res.exit_code == 0
-    assert "3 consecutive green runs" in json.loads(res.output)["advice"][0]
+    assert "3 consecutive green runs" in json.loads(res.stdout)["advice"][0]
 
 
 def test_approve_then_check(project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -61,7 +61,7 @@ def test_approve_then_check(project: Path, monkeypatch: pytest.MonkeyPatch, tmp_
     res = runner.invoke(app, ["guard", "approve", "wide.yaml", "--reason", "game day", *key])
     assert res.exit_code == 0 and "approved payment-db-latency" in res.output and "token: fpa2." in res.output
     res = runner.invoke(app, ["guard", "check", "wide.yaml", "-o", "json"])
-    assert res.exit_code == 0 and json.loads(res.output)["approved_by"] == "bob"
+    assert res.exit_code == 0 and json.loads(res.stdout)["approved_by"] == "bob"
     audit = Store().query("SELECT actor, action, subject FROM audit WHERE action = 'approve'")
     assert audit == [{"actor": "bob", "action": "approve", "subject": "payment-db-latency"}]
 
@@ -83,7 +83,7 @@ def test_policy_show(project: Path) -> None:
     )
     (project / "faultplane.policy.yaml").write_text("approval: {min_stage: 1}\n")
     res = runner.invoke(app, ["guard", "policy", "show", "-o", "json"])
-    shown = json.loads(res.output)
+    shown = json.loads(res.stdout)
     assert shown["source"].endswith("faultplane.policy.yaml") and shown["approval"]["min_stage"] == 1
     (project / "faultplane.policy.yaml").write_text("approval: {min_stag: 1}\n")
     res = runner.invoke(app, ["guard", "policy", "show"])

@@ -99,7 +99,7 @@ def _cli_verdicts(path: Path) -> dict[str, bool]:
     out: dict[str, bool] = {}
     res = runner.invoke(app, ["guard", "check", str(path), "-o", "json"])
     assert res.exit_code in (0, 3), res.output
-    out["guard check"] = json.loads(res.output)["allowed"]
+    out["guard check"] = json.loads(res.stdout)["allowed"]
     res = runner.invoke(app, ["validate", str(path), "-o", "json"])
     out["validate"] = res.exit_code == 0
     res = runner.invoke(app, ["run", "--dry-run", str(path), "-o", "json", "-q"])

@@ -107,7 +107,7 @@ def test_prod_name_is_refused_by_guard_check_and_the_hook(project: Path) -> None
     write_experiment(project, doc, "kill.yaml")
     res = runner.invoke(app, ["guard", "check", "kill.yaml", "-o", "json"])
     assert res.exit_code == 3
-    assert "method[0].provider.arguments.name" in [v["field"] for v in json.loads(res.output)["violations"]]
+    assert "method[0].provider.arguments.name" in [v["field"] for v in json.loads(res.stdout)["violations"]]
     blocked = hook(bash("faultplane run kill.yaml", project))
     assert blocked.returncode == 2 and "arguments.name" in blocked.stderr
     blocked = hook(mcp("chaos_run_experiment", {"experiment": yaml.safe_dump(doc)}, project))
@@ -191,7 +191,7 @@ async def test_engine_guard_check_and_hook_refuse_a_secret_dsn_without_showing_i
     _no_secret_in(journal.model_dump_json())
     res = runner.invoke(app, ["guard", "check", "dsn.yaml", "-o", "json"])
     assert res.exit_code == 3
-    fields = [v["field"] for v in json.loads(res.output)["violations"]]
+    fields = [v["field"] for v in json.loads(res.stdout)["violations"]]
     assert "secrets.db.dsn.$FP_TEST_DSN" in fields and "method[0].provider.arguments.dsn" in fields
     _no_secret_in(res.output)
     blocked = hook(bash("faultplane run dsn.yaml", project))

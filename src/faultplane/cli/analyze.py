@@ -3,21 +3,22 @@
 faultplane analyze                      scorecards + the last 10 runs (estimate vs actual, anomalies)
 faultplane analyze --last 50 | --all    more runs
 faultplane analyze --sql "SELECT ..."   read-only SQL
-faultplane analyze ... --export x.parquet   write the rows (Parquet, CSV, JSON, Arrow)
+faultplane analyze ... -o x.parquet     write the rows (Parquet, CSV, JSON, Arrow)
 faultplane analyze baseline --probe latency --experiment svc   a tolerance derived from past readings
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
+from faultplane.cli.options import Command, FormatOpt, Group, JsonOpt, chosen
 from faultplane.cli.term import Console, Table, timestamp
 
 app = typer.Typer(
+    cls=Group,
     help="The evidence of past runs: scorecards, trends, anomalies, estimate vs actual, SQL, exports, baselines.",
     invoke_without_command=True,
     no_args_is_help=False,
@@ -32,17 +33,15 @@ StoreOpt = Annotated[
         help="DuckDB file or clickhouse://user:pass@host:8123/db (default: $FAULTPLANE_STORE or the XDG data dir)",
     ),
 ]
-OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json | toon")]
 ExperimentOpt = Annotated[
     str | None, typer.Option("--experiment", "-e", help="one experiment (title or family)")
 ]
 
 
 def _open(store: str | None) -> Any:
-    from faultplane.core.store import open_store
+    from faultplane.cli.stores import open_cli_store
 
-    # a store error reaches cli.main, which prints it on one line
-    return open_store(store if store is not None else os.environ.get("FAULTPLANE_STORE"))
+    return open_cli_store(store, read=True)
 
 
 def _fail(message: str, code: int = 2) -> Any:
@@ -50,9 +49,22 @@ def _fail(message: str, code: int = 2) -> Any:
     raise typer.Exit(code)
 
 
-def _check_output(output: str) -> None:
-    if output not in ("text", "json", "toon"):
-        _fail(f"--output: {output!r} is not text, json or toon")
+# what -f/--format names: how the rows print, or how -o writes them when the file's suffix does not say
+_SHOWN = ("text", "json", "toon")
+_WRITTEN = ("parquet", "csv", "json", "arrow")
+
+
+def _file_format(path: Path | None, fmt: str) -> str | None:
+    """The format -f names for the file -o writes, when the file's suffix does not say one itself."""
+    if path is None or fmt not in _WRITTEN:
+        return None
+    from faultplane.services.evidence import EvidenceError, export_format
+
+    try:
+        export_format(path)
+    except EvidenceError:
+        return fmt
+    return None  # the suffix says: `-o runs.parquet -f json` writes Parquet and prints JSON
 
 
 def _num(v: Any, fmt: str = "{:.3f}") -> str:
@@ -72,18 +84,25 @@ def analyze(
     limit: Annotated[int, typer.Option("--limit", help="rows shown for --sql")] = 200,
     export: Annotated[
         Path | None,
-        typer.Option("--export", help="write the rows to this file: .parquet, .csv, .json or .arrow"),
+        typer.Option("--output", "-o", help="write the rows to this file: .parquet, .csv, .json or .arrow"),
     ] = None,
-    export_format: Annotated[
-        str | None, typer.Option("--format", "-f", help="export format when the suffix does not say")
-    ] = None,
-    output: OutputOpt = "text",
+    fmt: Annotated[
+        Literal["text", "json", "toon", "parquet", "csv", "arrow"],
+        typer.Option(
+            "--format", "-f", help="what to print; with -o, the file's format when its suffix does not say"
+        ),
+    ] = "text",
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Scorecards (grade A-D, trend over the trailing 10 runs, anomalies) and recent runs with estimate vs actual."""
     if ctx.invoked_subcommand is not None:
         return
-    _check_output(output)
+    fmt = chosen(fmt, as_json)
+    if fmt not in _SHOWN and export is None:
+        _fail(f"--format {fmt} is a file format; fix: add -o FILE, or print with --format text, json or toon")
+    output = fmt if fmt in _SHOWN else "text"
+    export_format = _file_format(export, fmt)
     st = _open(store)
     if sql is not None:
         _sql(st, sql, limit, export, export_format, output)
@@ -198,7 +217,7 @@ def _print_summary(summary: Any) -> None:
             console.print(f"[red]anomaly[/] {a.run_id} ({a.experiment}): {a.reason}")
 
 
-@app.command("baseline")
+@app.command("baseline", cls=Command)
 def baseline_cmd(
     probe: Annotated[str, typer.Option("--probe", "-p", help="the steady-state probe's name")],
     experiment: ExperimentOpt = None,
@@ -216,15 +235,15 @@ def baseline_cmd(
         str | None, typer.Option("--value-path", help="dotted path to the number in a structured output")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="newest readings used")] = 1000,
-    output: Annotated[str, typer.Option("--output", "-o", help="text | json | yaml")] = "text",
+    output: Annotated[Literal["text", "json", "yaml"], FormatOpt] = "text",
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Derive a `range` tolerance for a probe from its readings in past runs."""
+    output = chosen(output, as_json)
     from faultplane.core.formats import dumps
     from faultplane.services.evidence import EvidenceError, probe_baseline
 
-    if output not in ("text", "json", "yaml"):
-        _fail(f"--output: {output!r} is not text, json or yaml")
     try:
         lo, hi = (float(x) for x in percentiles.split(","))
     except ValueError:
@@ -238,7 +257,7 @@ def baseline_cmd(
     except EvidenceError as exc:
         _fail(str(exc))
     if output != "text":
-        print(dumps(b.model_dump(mode="json"), output))  # type: ignore[arg-type]
+        print(dumps(b.model_dump(mode="json"), output))
         return
     console.print(
         f"[bold]{probe}[/]: {b.n} reading(s)  mean {b.mean:.6g}  sd {b.std:.6g}  median {b.median:.6g}  "

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from faultplane.cli.gameday import emit
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
 from faultplane.cli.term import Console, Table
 
 app = typer.Typer(
@@ -17,14 +18,14 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-@app.command()
+@app.command(cls=Command)
 def requirements(
-    framework: Annotated[
-        list[str] | None, typer.Option("--framework", "-f", help="only these frameworks")
-    ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
+    framework: Annotated[list[str] | None, typer.Option("--framework", help="only these frameworks")] = None,
+    output: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """The requirements an experiment can be tagged with (tags: [DORA-25] or compliance:DORA-25)."""
+    output = chosen(output, as_json)
     from faultplane.services.compliance import ComplianceError, load_catalog
 
     try:
@@ -37,25 +38,26 @@ def requirements(
     except ComplianceError as exc:
         err_console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
-    chosen = [w for w in wanted if w is not None] or cat.frameworks
-    if emit({"frameworks": [f.model_dump() for f in chosen]}, output):
+    picked = [w for w in wanted if w is not None] or cat.frameworks
+    if emit({"frameworks": [f.model_dump() for f in picked]}, output):
         return
     table = Table("id", "framework", "reference", "title", "every", "RTO")
-    for fw in chosen:
+    for fw in picked:
         for r in fw.requirements:
             table.add_row(r.id, fw.id, r.reference, r.title, f"{r.frequency_days}d", "yes" if r.rto else "")
     console.print(table)
 
 
-@app.command()
+@app.command(cls=Command)
 def report(
     out: Annotated[
-        Path | None, typer.Option("--out", help="write here; the format follows .html, .md or .json")
+        Path | None, typer.Option("--output", "-o", help="write here; the format follows .html, .md or .json")
     ] = None,
     fmt: Annotated[
-        str | None, typer.Option("--format", help="html | markdown | json (default: by --out)")
+        str | None, typer.Option("--format", "-f", help="html | markdown | json (default: by --output)")
     ] = None,
-    framework: Annotated[list[str] | None, typer.Option("--framework", "-f", help="limit the scope")] = None,
+    as_json: JsonOpt = False,
+    framework: Annotated[list[str] | None, typer.Option("--framework", help="limit the scope")] = None,
     rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
     store: Annotated[
         str | None,
@@ -66,14 +68,15 @@ def report(
     ] = None,
 ) -> None:
     """Coverage from the evidence store: requirements with evidence, gaps, testing frequency, RTO met."""
-    from faultplane.core.store import open_store
+    from faultplane.cli.stores import open_cli_store
     from faultplane.services.compliance import ComplianceError, coverage_report, render_markdown, write_report
 
+    fmt = "json" if as_json else fmt
     if fmt not in (None, "html", "markdown", "json"):
         err_console.print(f"[red]--format: {fmt!r} is not a format[/]; fix: use html, markdown or json")
         raise typer.Exit(2)
     try:
-        rep = coverage_report(open_store(store), frameworks=framework or None, rto_seconds=rto)
+        rep = coverage_report(open_cli_store(store, read=True), frameworks=framework or None, rto_seconds=rto)
         if out is not None:
             path = write_report(rep, out, fmt)  # type: ignore[arg-type]
             console.print(f"wrote {path} — coverage {rep.coverage:.0%}, {len(rep.gaps)} gap(s)")
@@ -91,13 +94,13 @@ def report(
         typer.echo(render_markdown(rep))
 
 
-@app.command()
+@app.command(cls=Command)
 def periodic(
     out_dir: Annotated[
-        Path, typer.Option("--out-dir", "-o", help="folder of the reports (kept between runs)")
+        Path, typer.Option("--output", "-o", help="folder of the reports (kept between runs)")
     ],
     period: Annotated[str, typer.Option("--period", help="the reporting period: 30d, 4w, 12h")] = "30d",
-    framework: Annotated[list[str] | None, typer.Option("--framework", "-f", help="limit the scope")] = None,
+    framework: Annotated[list[str] | None, typer.Option("--framework", help="limit the scope")] = None,
     rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
     store: Annotated[
         str | None, typer.Option("--store", help="store path or URL (default: $FAULTPLANE_STORE)")
@@ -111,7 +114,7 @@ def periodic(
     Exit 0 coverage held, 1 a requirement covered before is not now, 2 invalid input."""
     from datetime import UTC, datetime
 
-    from faultplane.core.store import open_store
+    from faultplane.cli.stores import open_cli_store
     from faultplane.services.compliance import ComplianceError
     from faultplane.services.coverage_diff import parse_period, periodic_report
 
@@ -129,7 +132,7 @@ def periodic(
             out_dir,
             now=now,
             period_days=parse_period(period),
-            store=open_store(store),
+            store=open_cli_store(store, read=True),
             frameworks=framework or None,
             rto_seconds=rto,
         )

@@ -8,10 +8,11 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
 from faultplane.cli.progress import JsonlEvents, RunProgress, print_summary
 from faultplane.cli.term import Console, Table, timestamp
 
@@ -41,13 +42,7 @@ PolicyOpt = Annotated[
 ]
 
 
-# Choices as enums: typer rejects anything else with exit 2, naming the option and the allowed values.
-class RunOutput(enum.StrEnum):
-    text = "text"
-    json = "json"
-    toon = "toon"
-
-
+# Choices as enums or Literals: typer rejects anything else with exit 2, naming the option and the choices.
 class RollbackStrategy(enum.StrEnum):
     default = "default"
     always = "always"
@@ -126,27 +121,20 @@ def _runtime(
     return out
 
 
-class ValidateOutput(enum.StrEnum):
-    text = "text"
-    json = "json"
-
-
 class EventsFormat(enum.StrEnum):
     jsonl = "jsonl"
 
 
-class TableFormat(enum.StrEnum):
-    table = "table"
-    json = "json"
-    toon = "toon"
+TableFormat = Literal["table", "json", "toon"]
 
 
-def _use_store(store: str | None) -> Store:
-    from faultplane.core.store import open_store
+def _use_store(store: str | None, *, read: bool = True) -> Store:
+    from faultplane.cli.stores import open_cli_store
 
-    if store is not None:
+    st = open_cli_store(store, read=read)
+    if store is not None:  # the engine's own store lookups (leases, queue) see the same store
         os.environ["FAULTPLANE_STORE"] = str(store)
-    return open_store()
+    return st
 
 
 def _var_names(var: list[str] | None) -> list[str]:
@@ -196,7 +184,8 @@ def validate(
     var: VarOpt = None,
     var_file: VarFileOpt = None,
     policy: PolicyOpt = None,
-    output: Annotated[ValidateOutput, typer.Option("--output", "-o")] = ValidateOutput.text,
+    fmt: Annotated[Literal["text", "json"], FormatOpt] = "text",
+    as_json: JsonOpt = False,
     rollback_strategy: RollbackOpt = None,
     hypothesis_strategy: HypothesisOpt = None,
     hypothesis_frequency: FrequencyOpt = None,
@@ -207,6 +196,8 @@ def validate(
 ) -> None:
     """Validate an experiment (schema, variables, policy) without running anything. Exit 0 valid, 2 invalid."""
     from faultplane.core.formats import ExperimentError
+
+    output = chosen(fmt, as_json)
     from faultplane.services.experiments import validate_experiment
 
     try:
@@ -215,15 +206,19 @@ def validate(
     except ExperimentError as exc:
         _print_issues(exc)
         raise typer.Exit(2) from None
-    report = validate_experiment(
-        experiment,
-        variables=variables,
-        policy_path=policy,
-        runtime=_runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
-        ctk_compat=ctk_compat or None,
-        strict_variables=_var_names(var),
-        global_controls=global_controls,
-    )
+    try:
+        report = validate_experiment(
+            experiment,
+            variables=variables,
+            policy_path=policy,
+            runtime=_runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
+            ctk_compat=ctk_compat or None,
+            strict_variables=_var_names(var),
+            global_controls=global_controls,
+        )
+    except ExperimentError as exc:  # the policy file itself is unusable: nothing could be judged
+        _print_issues(exc)
+        raise typer.Exit(2) from None
     if output == "json":
         typer.echo(report.model_dump_json(indent=2))
     elif report.valid:
@@ -248,7 +243,8 @@ def run(
     journal: Annotated[
         Path | None, typer.Option("--journal", help="also write the journal JSON here")
     ] = None,
-    output: Annotated[RunOutput, typer.Option("--output", "-o")] = RunOutput.text,
+    fmt: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
+    as_json: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress, only the result")] = False,
     events: Annotated[
         EventsFormat | None,
@@ -270,9 +266,11 @@ def run(
 
     from faultplane.core.formats import ExperimentError
     from faultplane.services.experiments import run_experiment
+
+    output = chosen(fmt, as_json)
     from faultplane.services.runs import get_journal, recover
 
-    st = _use_store(store)
+    st = _use_store(store, read=False)
     from faultplane.core.store import write_queue_after_exit
 
     write_queue_after_exit()
@@ -367,10 +365,12 @@ experiments_app = typer.Typer(
 @journal_app.command("show")
 def journal_show(
     run_id: str,
-    fmt: Annotated[TableFormat, typer.Option("--format", "-f")] = TableFormat.table,
+    fmt: Annotated[TableFormat, FormatOpt] = "table",
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Show one run's journal."""
+    fmt = chosen(fmt, as_json)
     from faultplane.core.formats import dumps
     from faultplane.services.experiments import compact_journal
     from faultplane.services.runs import load_journal
@@ -381,8 +381,8 @@ def journal_show(
     except LookupError as exc:
         err_console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
-    if fmt != TableFormat.table:
-        print(dumps(j, "json" if fmt == TableFormat.json else "toon"))
+    if fmt != "table":
+        print(dumps(j, fmt))
         return
     c = compact_journal(j)
     console.print(
@@ -402,7 +402,7 @@ def journal_show(
 @journal_app.command("export")
 def journal_export(
     run_id: str,
-    fmt: Annotated[JournalFormat, typer.Option("--format", "-f")] = JournalFormat.ctk,
+    fmt: Annotated[JournalFormat, typer.Option("--format", "-f", help="journal format")] = JournalFormat.ctk,
     out: Annotated[
         Path | None, typer.Option("--output", "-o", help="file to write (default: stdout)")
     ] = None,
@@ -431,18 +431,20 @@ def journal_export(
 def runs_list(
     experiment: Annotated[str | None, typer.Option("--experiment", "-e")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n")] = 20,
-    fmt: Annotated[TableFormat, typer.Option("--format", "-f")] = TableFormat.table,
+    fmt: Annotated[TableFormat, FormatOpt] = "table",
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """List recent runs, newest first."""
+    fmt = chosen(fmt, as_json)
     from faultplane.core.formats import dumps
     from faultplane.services.runs import list_runs, recover
 
     st = _use_store(store)
     recover(st)
     rows = list_runs(st, experiment, limit)
-    if fmt != TableFormat.table:
-        print(dumps(rows, "json" if fmt == TableFormat.json else "toon"))
+    if fmt != "table":
+        print(dumps(rows, fmt))
         return
     table = Table("run", "experiment", "status", "before", "after", "started", "seconds")
     table.columns[0].min_width = 16  # a run id is only useful whole
@@ -460,10 +462,17 @@ def runs_list(
 
 
 @experiments_app.command("list")
-def experiments_list() -> None:
+def experiments_list(as_json: JsonOpt = False) -> None:
     """List the experiments that can be run by name."""
     from faultplane.services.experiments import list_experiments
 
+    if as_json:
+        rows = [
+            {"name": e.name, "title": e.title, "tags": list(e.tags), "path": str(e.path)}
+            for e in list_experiments()
+        ]
+        print(json.dumps(rows, indent=2))
+        return
     table = Table("name", "title", "tags", "path")
     for e in list_experiments():
         table.add_row(e.name, e.title or "", ", ".join(e.tags), e.path)
@@ -516,11 +525,11 @@ def demo(
 def register(app: typer.Typer) -> None:
     from faultplane.cli.guard import approve
 
-    app.command("approve", help="Approve one exact version of an experiment (alias of `guard approve`).")(
-        approve
-    )
-    app.command()(validate)
-    app.command()(run)
+    app.command(
+        "approve", help="Approve one exact version of an experiment (alias of `guard approve`).", cls=Command
+    )(approve)
+    app.command(cls=Command)(validate)
+    app.command(cls=Command)(run)
     app.command()(schema)
     app.command()(abort)
     app.command()(demo)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from faultplane.cli.gameday import emit, print_issues
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
 from faultplane.cli.term import Console, Table
 from faultplane.core.errors import ExperimentError
 
@@ -38,12 +39,14 @@ def design(
         list[str] | None, typer.Option("--compliance", help="requirement id to tag")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="write each experiment as YAML in this folder")
+        Path | None, typer.Option("--output", "-o", help="write each experiment as YAML in this folder")
     ] = None,
     policy: Annotated[Path | None, typer.Option("--policy", help="policy file")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
+    output: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """Design escalating experiments (SLO gates, blast radius, rollbacks) that pass the policy; no LLM."""
+    output = chosen(output, as_json)
     from faultplane.core.formats import load_document
     from faultplane.services.design import design_experiments, write_design
 
@@ -102,4 +105,4 @@ def design(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(design)
+    app.command(cls=Command)(design)

@@ -27,10 +27,10 @@ ServiceOpt = Annotated[
 ]
 
 
-def _store(store: str | None) -> Any:
-    from faultplane.core.store import open_store
+def _store(store: str | None, *, read: bool = True) -> Any:
+    from faultplane.cli.stores import open_cli_store
 
-    return open_store(store)
+    return open_cli_store(store, read=read)
 
 
 def _fail(exc: Exception) -> None:
@@ -44,7 +44,7 @@ def import_(
         str, typer.Argument(help="CSV or JSON export (GitHub/GitLab deployments API), or - for stdin")
     ],
     kind: Annotated[str, typer.Option("--kind", "-k", help="deployments | incidents")] = "deployments",
-    fmt: Annotated[str, typer.Option("--format", help="auto | csv | json")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="auto | csv | json")] = "auto",
     service: ServiceOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -57,7 +57,7 @@ def import_(
         _fail(ValueError(f"--format: {fmt!r}; fix: auto, csv or json"))
     try:
         rows = parse_events(read_input(path), kind, fmt=fmt, service=service)  # type: ignore[arg-type]
-        n = import_events(_store(store), rows, kind)  # type: ignore[arg-type]
+        n = import_events(_store(store, read=False), rows, kind)  # type: ignore[arg-type]
     except DoraError as exc:
         _fail(exc)
     console.print(f"imported {n} {kind} from {path}", highlight=False)
@@ -67,7 +67,8 @@ def _record(kind: str, fields: dict[str, Any], store: str | None) -> None:
     from faultplane.services.dora import DoraError, record_event
 
     try:
-        row = record_event(_store(store), kind, {k: v for k, v in fields.items() if v is not None})  # type: ignore[arg-type]
+        given = {k: v for k, v in fields.items() if v is not None}
+        row = record_event(_store(store, read=False), kind, given)  # type: ignore[arg-type]
     except DoraError as exc:
         _fail(exc)
     typer.echo(json.dumps(row))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
 from faultplane.cli.term import Console, Table, timestamp
 from faultplane.core.errors import ExperimentError
 
@@ -30,7 +31,7 @@ StoreOpt = Annotated[
         help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
     ),
 ]
-OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json | toon")]
+OutputOpt = Annotated[Literal["text", "json", "toon"], FormatOpt]
 
 
 def variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def print_issues(exc: ExperimentError, what: str = "invalid input") -> None:
 def emit(data: Any, output: str) -> bool:
     """Print `data` as json/toon and return True, or return False for the text rendering."""
     if output not in ("text", "json", "toon"):
-        err_console.print(f"[red]--output: {output!r} is not a format[/]; fix: use text, json or toon")
+        err_console.print(f"[red]--format: {output!r} is not a format[/]; fix: use text, json or toon")
         raise typer.Exit(2)
     if output == "text":
         return False
@@ -63,10 +64,10 @@ def emit(data: Any, output: str) -> bool:
     return True
 
 
-def _store(path: str | None) -> Any:
-    from faultplane.core.store import open_store
+def _store(path: str | None, *, read: bool = True) -> Any:
+    from faultplane.cli.stores import open_cli_store
 
-    return open_store(path)
+    return open_cli_store(path, read=read)
 
 
 def _print_analysis(a: Any) -> None:
@@ -100,7 +101,7 @@ def _print_analysis(a: Any) -> None:
         console.print(f"  • {f}")
 
 
-@app.command()
+@app.command(cls=Command)
 def run(
     file: Annotated[
         Path,
@@ -116,11 +117,13 @@ def run(
     ] = False,
     store: StoreOpt = None,
     output: OutputOpt = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """Run every lane of a GameDay; exit 0 when every planned run passed, 1 otherwise, 2 on bad input.
 
     Everything is checked before the first run (file, experiments, variables); every run then goes through the
     policy, its SLO gates and rollbacks like a single `faultplane run`. The GameDay and its runs are stored."""
+    output = chosen(output, as_json)
     from faultplane.services.gameday import run_gameday
 
     if not file.is_file():
@@ -140,7 +143,7 @@ def run(
             lambda: run_gameday(
                 file,
                 variables=values,
-                store=_store(store),
+                store=_store(store, read=False),
                 policy_path=policy,
                 dry_run=dry_run,
                 on_run=progress,
@@ -157,15 +160,17 @@ def run(
     raise typer.Exit(0 if analysis.passed == analysis.planned else 1)
 
 
-@app.command()
+@app.command(cls=Command)
 def analyze(
     gameday: Annotated[
         str | None, typer.Argument(help="GameDay id, id prefix or name (default: newest)")
     ] = None,
     store: StoreOpt = None,
     output: OutputOpt = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """Score a stored GameDay again and list its findings and compliance coverage."""
+    output = chosen(output, as_json)
     from faultplane.services.gameday import analyze_gameday
 
     try:
@@ -177,9 +182,10 @@ def analyze(
         _print_analysis(analysis)
 
 
-@app.command("list")
-def list_(store: StoreOpt = None, output: OutputOpt = "text") -> None:
+@app.command("list", cls=Command)
+def list_(store: StoreOpt = None, output: OutputOpt = "text", as_json: JsonOpt = False) -> None:
     """GameDays recorded in the store, newest first."""
+    output = chosen(output, as_json)
     from faultplane.services.gameday import list_gamedays
 
     rows = list_gamedays(_store(store))
@@ -197,9 +203,10 @@ def list_(store: StoreOpt = None, output: OutputOpt = "text") -> None:
     console.print(table)
 
 
-@app.command()
-def templates(output: OutputOpt = "text") -> None:
+@app.command(cls=Command)
+def templates(output: OutputOpt = "text", as_json: JsonOpt = False) -> None:
     """The GameDay templates Faultplane ships, with the compliance requirements each evidences."""
+    output = chosen(output, as_json)
     from faultplane.services.gameday_templates import list_templates
 
     found = list_templates()

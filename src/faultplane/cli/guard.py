@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
+
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
 
 app = typer.Typer(
     help="Guardrails: check an experiment against the policy, approve it, and gate a coding agent's tool calls.",
@@ -28,7 +30,7 @@ StoreOpt = Annotated[
         help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
     ),
 ]
-OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text | json")]
+TextOrJson = Annotated[Literal["text", "json"], FormatOpt]
 
 
 def _variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
@@ -71,7 +73,7 @@ KeyOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(cls=Command)
 def approve(
     experiment: Annotated[str, typer.Argument(help="experiment file (or listed name) to approve")],
     var: VarOpt = None,
@@ -83,7 +85,8 @@ def approve(
     key: KeyOpt = None,
     policy: PolicyOpt = None,
     store: StoreOpt = None,
-    output: OutputOpt = "text",
+    fmt: TextOrJson = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """Sign an approval of exactly this version of an experiment with your approver key (passphrase asked on
     the terminal, or $FAULTPLANE_APPROVER_PASSPHRASE in CI). Any later change to it needs a new approval."""
@@ -92,6 +95,7 @@ def approve(
     from faultplane.core.policy import PolicyError
     from faultplane.services.guard import approve_experiment, check_experiment
 
+    output = chosen(fmt, as_json)
     try:
         variables = _variables(var, var_file)
         st = _store(store)
@@ -122,7 +126,7 @@ def approve(
             typer.echo(f"  - [{v.rule}] {v.field}: {v.message}")
 
 
-@app.command()
+@app.command(cls=Command)
 def check(
     experiment: Annotated[str, typer.Argument(help="experiment file (or listed name)")],
     var: VarOpt = None,
@@ -130,13 +134,15 @@ def check(
     policy: PolicyOpt = None,
     store: StoreOpt = None,
     approval: Annotated[str | None, typer.Option("--approval", envvar="FAULTPLANE_APPROVAL")] = None,
-    output: OutputOpt = "text",
+    fmt: TextOrJson = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """Would the policy let this experiment run now? Exit 0 allowed, 3 refused, 2 unreadable."""
     from faultplane.core.formats import ExperimentError
     from faultplane.core.policy import PolicyError
     from faultplane.services.guard import check_experiment
 
+    output = chosen(fmt, as_json)
     try:
         decision = check_experiment(
             experiment,
@@ -156,9 +162,11 @@ def check(
         raise typer.Exit(3)
 
 
-@policy_app.command("show")
+@policy_app.command("show", cls=Command)
 def policy_show(
-    policy: PolicyOpt = None, output: Annotated[str, typer.Option("--output", "-o")] = "yaml"
+    policy: PolicyOpt = None,
+    fmt: Annotated[Literal["yaml", "json"], FormatOpt] = "yaml",
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the policy in force and where it comes from."""
     import yaml
@@ -166,6 +174,7 @@ def policy_show(
     from faultplane.core.policy import PolicyError
     from faultplane.services.guard import show_policy
 
+    output = chosen(fmt, as_json)
     try:
         shown = show_policy(policy)
     except PolicyError as exc:

@@ -1,14 +1,13 @@
 """The `faultplane` command. Each area contributes its commands from its own module in this package.
 
 Modules are loaded on demand: `faultplane run` imports the core commands only, and `faultplane --help` lists
-every command from the table below without importing any of them (each costs imports, and building every
-command's options costs ~30 ms more). tests/test_cli_startup.py checks that the table matches what the
-modules register.
+every command from the table in faultplane.cli.commands without importing any of them (each costs imports,
+and building every command's options costs ~30 ms more). tests/engine/test_cli_startup.py checks that the
+table matches what the modules register.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import sys
@@ -26,92 +25,7 @@ import typer
 from typer._click.utils import make_default_short_help
 from typer.core import TyperGroup
 
-# command -> (module that provides it, its one-line help as the module gives it). A module provides its
-# commands either as `app` (a typer.Typer mounted under the command's name) or through `register(app)`,
-# which adds top-level commands.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "approve": (
-        "faultplane.cli.core",
-        "Approve one exact version of an experiment (alias of `guard approve`).",
-    ),
-    "validate": (
-        "faultplane.cli.core",
-        "Validate an experiment (schema, variables, policy) without running anything.",
-    ),
-    "run": ("faultplane.cli.core", "Run an experiment."),
-    "schema": ("faultplane.cli.core", "Print the JSON Schema of experiments or journals."),
-    "abort": (
-        "faultplane.cli.core",
-        "Stop running experiments (they roll back) and, with --all, revert every active fault.",
-    ),
-    "demo": (
-        "faultplane.cli.core",
-        "Start a small HTTP service on loopback, run the bundled latency experiment against it, stop it.",
-    ),
-    "journal": ("faultplane.cli.core", "Read run journals."),
-    "runs": ("faultplane.cli.core", "List and manage runs."),
-    "experiments": (
-        "faultplane.cli.core",
-        "Named experiments (./experiments, $FAULTPLANE_EXPERIMENTS, bundled).",
-    ),
-    "init": (
-        "faultplane.cli.init",
-        "Start a project: policy with a lab inventory, a first experiment, the coding-agent hook, chaos rules.",
-    ),
-    "design": (
-        "faultplane.cli.design",
-        "Design escalating experiments (SLO gates, blast radius, rollbacks) that pass the policy; no LLM.",
-    ),
-    "search": (
-        "faultplane.cli.search",
-        "Search fault parameters for the combination that takes an SLO just past its bound.",
-    ),
-    "report": (
-        "faultplane.cli.report",
-        "Reports: a run's HTML report (`report RUN_ID`), a signed post-exercise report, and its check.",
-    ),
-    "load": (
-        "faultplane.cli.load",
-        "Send HTTP requests at a constant arrival rate and measure them without coordinated omission.",
-    ),
-    "plane": (
-        "faultplane.cli.plane",
-        "Tool-call-plane chaos: inject MCP faults (offline or via a proxy) and measure what agents feel.",
-    ),
-    "mcp": (
-        "faultplane.cli.mcp",
-        "Serve every Faultplane capability to agents over MCP (stdio, or streamable HTTP).",
-    ),
-    "guard": (
-        "faultplane.cli.guard",
-        "Guardrails: check an experiment against the policy, approve it, and gate a coding agent's tool calls.",
-    ),
-    "drivers": (
-        "faultplane.cli.drivers",
-        "Fault drivers: activities, the standalone TCP fault proxy, fault leases.",
-    ),
-    "analyze": (
-        "faultplane.cli.analyze",
-        "The evidence of past runs: scorecards, trends, anomalies, estimate vs actual, SQL, exports, baselines.",
-    ),
-    "gameday": (
-        "faultplane.cli.gameday",
-        "GameDays: campaigns of experiments in lanes (ordered or parallel), under one shared load, scored by "
-        "pass rate, recovery, load impact and compliance coverage (formula: docs/gamedays.md).",
-    ),
-    "dora": (
-        "faultplane.cli.dora",
-        "DORA Four Keys from CI/CD (deployments, incidents) beside what chaos experiments showed.",
-    ),
-    "approvals": (
-        "faultplane.cli.approvals",
-        "Approver keys: create one (kept outside the project, under a passphrase), sign, verify.",
-    ),
-    "compliance": (
-        "faultplane.cli.compliance",
-        "Compliance evidence: which framework requirements your experiments cover.",
-    ),
-}
+from faultplane.cli.commands import ABOUT, COMMANDS
 
 
 def load_module_commands(module: str) -> dict[str, Any]:
@@ -154,6 +68,8 @@ class _LazyGroup(TyperGroup):
         try:
             return self._click_resolve_command(ctx, args)
         except typer._click.exceptions.UsageError as exc:
+            import difflib
+
             matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
             if matches:
                 exc.message = (
@@ -171,7 +87,7 @@ class _LazyGroup(TyperGroup):
 app = typer.Typer(
     name="faultplane",
     cls=_LazyGroup,
-    help="Chaos engineering with guardrails: run experiments, inject real faults, read the evidence.",
+    help=ABOUT,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -198,7 +114,8 @@ def _root(
         False, "--debug", help="Show the traceback of an unexpected error (also FAULTPLANE_DEBUG=1)."
     ),
 ) -> None:
-    """Chaos engineering with guardrails: run experiments, inject real faults, read the evidence."""
+    # no docstring: it would replace the app's help (ABOUT), which faultplane.cli.commands renders too
+    pass
 
 
 # exit code of an error no command anticipated; 0-3 and 130 are the commands' own (README, "Exit codes")
@@ -233,6 +150,14 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc, StoreError):
             # a store that cannot be reached or is misconfigured: one line naming it and what to check
             sys.stderr.write(f"error: {exc}\n")
+            raise SystemExit(2) from None
+        if type(exc).__name__ == "IOException" and "duckdb" in type(exc).__module__:
+            # DuckDB could not open or write its file: a store that is no database, unreadable or full
+            text = " ".join(str(exc).split())
+            sys.stderr.write(
+                f"error: store: {text}; fix: --store (or $FAULTPLANE_STORE) names a DuckDB file faultplane "
+                "can read and write\n"
+            )
             raise SystemExit(2) from None
         sys.stderr.write(
             f"faultplane: {_one_line(exc)}\n  run again with --debug for the traceback; if the cause is not "

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
+
+from faultplane.cli.options import Command
 
 _STORE_HELP = "store file (DuckDB) or URL: clickhouse://user:pass@host:8123/db, chdb:///dir (default: $FAULTPLANE_STORE)"
 
@@ -215,15 +217,18 @@ def validate(plan: Path = typer.Argument(..., help="fault plan file")) -> None:
     )
 
 
-@app.command()
+@app.command(cls=Command)
 def report(
     session: str | None = typer.Option(None, "--session", "-s", help="proxy session id (default: latest)"),
     store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
     list_sessions_: bool = typer.Option(False, "--list", help="list recorded proxy sessions"),
-    as_json: bool = typer.Option(False, "--json"),
-    as_toon: bool = typer.Option(False, "--toon", help="print the metrics as TOON (compact, for agents)"),
+    fmt: Literal["text", "json", "toon"] = typer.Option(
+        "text", "--format", "-f", help="toon: compact, for agents"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print JSON for programs (= --format json)"),
 ) -> None:
     """Metrics of a recorded proxy session."""
+    as_json, as_toon = fmt == "json" or as_json, fmt == "toon" and not as_json
     from faultplane.services.plane import NoSuchSessionError, NoSuchStoreError, list_sessions, session_report
 
     try:

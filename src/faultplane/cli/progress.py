@@ -1,5 +1,5 @@
 """What a person sees while a run goes: the phase, the activity running and for how long, a countdown for
-pauses, the live value of every gate against its threshold, and why a steady-state probe failed. Tools read
+pauses and for faults held for a duration, the live value of every gate against its threshold, and why a steady-state probe failed. Tools read
 the same events as JSON lines (`--events jsonl`)."""
 
 from __future__ import annotations
@@ -89,6 +89,12 @@ class RunProgress:
             before = (event.get("pauses") or {}).get("before")
             if before:
                 line.countdown = (f"pause before {event['name']}", time.monotonic() + float(before))
+        elif kind == "fault_held":
+            seconds = float(event["seconds"])
+            line.countdown = (f"fault held: {event['label']}", time.monotonic() + seconds)
+            console.print(
+                f"  [cyan]⏳ holding {event['label']} for {seconds:g}s, then undoing it[/]", highlight=False
+            )
         elif kind == "activity":
             self._activity(event)
         elif kind == "hypothesis":

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from typer.core import TyperGroup
 
+from faultplane.cli.options import FormatOpt, JsonOpt, chosen
 from faultplane.cli.term import Console
 
 console = Console()
@@ -32,7 +33,8 @@ def report(
 ) -> None:
     """Write an HTML report of a run: timeline (latency percentiles, error rate, fault window, gate thresholds),
     the post-mortem paragraph, gates, load figures and activities. Exit 2 when the run is unknown."""
-    from faultplane.core.store import StoreBusyError, open_store
+    from faultplane.cli.stores import open_cli_store
+    from faultplane.core.store import StoreBusyError
     from faultplane.reports.html import write_report
     from faultplane.reports.postmortem import postmortem
     from faultplane.services.runs import load_journal
@@ -43,7 +45,7 @@ def report(
         )
         raise typer.Exit(2)
     try:
-        journal = load_journal(run_id, open_store(store))
+        journal = load_journal(run_id, open_cli_store(store, read=True))
     except LookupError as exc:
         err_console.print(f"[red]{exc.args[0]}[/]")
         raise typer.Exit(2) from None
@@ -73,8 +75,8 @@ def exercise(
     chain and an Ed25519 signature (ISO 22301, SOC 2 evidence)."""
     from datetime import UTC, datetime
 
+    from faultplane.cli.stores import open_cli_store
     from faultplane.core.approval import ApprovalError, default_key_path, read_passphrase
-    from faultplane.core.store import open_store
     from faultplane.services.exercise_report import ReportError, build_report
 
     def when(text: str | None, name: str) -> datetime | None:
@@ -94,7 +96,7 @@ def exercise(
                 f"--key: no approver key at {key_path}; fix: `faultplane approvals keygen`, or --no-sign"
             )
         manifest = build_report(
-            open_store(store),
+            open_cli_store(store, read=True),
             output,
             gameday=gameday,
             since=when(since, "--since"),
@@ -121,21 +123,31 @@ def verify(
         list[str] | None, typer.Option("--trusted-key", help="an accepted signer (`ssh-ed25519 AAAA… name`)")
     ] = None,
     policy: Annotated[Path | None, typer.Option("--policy", help="trust the keys this policy lists")] = None,
+    fmt: Annotated[Literal["text", "json"], FormatOpt] = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """Check a report: every cited journal, the HTML, the hash chain and the signature. Exit 0 intact and
     signed by a trusted key, 1 something changed (named), 2 invalid input."""
+    from faultplane.core.policy import PolicyError
     from faultplane.services.exercise_report import ReportError, verify_report
 
+    fmt = chosen(fmt, as_json)
     trusted = list(trusted_key or [])
-    if policy is not None:
-        from faultplane.core.policy import load_policy
-
-        trusted += list(load_policy(policy).approval.trusted_keys)
     try:
+        if policy is not None:
+            from faultplane.core.policy import load_policy
+
+            trusted += list(load_policy(policy).approval.trusted_keys)
         v = verify_report(folder, trusted or None)
-    except ReportError as exc:
+    except (ReportError, PolicyError) as exc:
         err_console.print(f"[red]{exc}[/]", highlight=False)
         raise typer.Exit(2) from None
+    if fmt == "json":
+        import json
+
+        doc = {"ok": v.ok, "problems": v.problems, "signer": v.signer, "trusted": v.trusted}
+        typer.echo(json.dumps({**doc, "journals": v.journals}, indent=2))
+        raise typer.Exit(0 if v.ok else 1)
     for problem in v.problems:
         console.print(f"[red]✗[/] {problem}", highlight=False)
     if v.ok:

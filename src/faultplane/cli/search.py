@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from faultplane.cli.gameday import emit, err_console, print_issues, variables
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
 from faultplane.cli.term import Console, Table
 from faultplane.core.errors import ExperimentError
 
@@ -40,7 +41,8 @@ def search(
             help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
         ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text | json | toon")] = "text",
+    output: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
+    as_json: JsonOpt = False,
 ) -> None:
     """Search fault parameters for the combination that takes an SLO just past its bound.
 
@@ -49,6 +51,7 @@ def search(
 
     Exit 0 when a breaching configuration was found, 1 when none was within the budget, 3 when the policy
     refused a trial, 2 on bad input."""
+    output = chosen(output, as_json)
     from faultplane.core.store import open_store
     from faultplane.services.search import load_search_spec, run_search, with_overrides
 
@@ -104,4 +107,4 @@ def search(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(search)
+    app.command(cls=Command)(search)

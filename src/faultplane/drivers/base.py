@@ -85,6 +85,8 @@ class ActivityContext:
     # reverts registered and not withdrawn: the engine reads the change across one action as the evidence
     # that the action applied a fault (core.exposure)
     applied: int = 0
+    # Set by the engine: told (label, seconds) when a fault is held for its duration, for the live countdown.
+    on_hold: Callable[[str, float], None] | None = None
 
     def on_revert(self, fn: RevertFn, *, label: str, lease_id: str | None = None) -> RevertEntry:
         """Register how to undo a change. Call it before applying the change."""

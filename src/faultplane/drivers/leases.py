@@ -429,6 +429,9 @@ async def hold_then_revert(ctx: ActivityContext, entry: RevertEntry, duration_s:
         return False
     import anyio
 
+    if ctx.on_hold is not None:
+        with contextlib.suppress(Exception):  # a progress display must never break a fault
+            ctx.on_hold(entry.label, float(duration_s))
     try:
         await anyio.sleep(duration_s)
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import hashlib
 import json
 import random
@@ -354,6 +355,8 @@ class _Runner:
         self.writer = JournalWriter(
             journal, store=store, secret_values=p.secret_values, directory=journal_dir, on_event=on_event
         )
+        if on_event is not None:
+            self.ctx.on_hold = self._fault_held
         self.policy_decision = policy_decision
         self.policy: Any | None = None
         self.compat = self.exp.runtime.ctk_compat
@@ -380,6 +383,13 @@ class _Runner:
             for item, entry in zip(items, dumped or [], strict=False):
                 if isinstance(item, Activity):
                     self._dumped[id(item)] = entry
+
+    def _fault_held(self, label: str, seconds: float) -> None:
+        """A fault stays for its duration, then is undone: the listener shows a countdown to that moment."""
+        until = now() + datetime.timedelta(seconds=seconds)
+        self.writer.notify(
+            {"event": "fault_held", "label": label, "seconds": seconds, "until": until.isoformat()}
+        )
 
     # ---- activities -------------------------------------------------------------------------------------
     async def run_activity(self, item: MethodItem, section: str) -> ActivityRun:

@@ -1,0 +1,210 @@
+"""One spelling per concept (docs/cli.md): -o/--output files, -f/--format formats, --json for programs; the old
+spellings still work with one notice on stderr; store and policy mistakes are one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from faultplane.cli.legacy import rewrite
+from faultplane.cli.main import app
+
+# commands whose --format is not what they print: the journal's own format (always JSON) and an input file's
+NOT_PRINTED_FORMATS = {"journal export", "dora import"}
+
+
+def _commands() -> list[tuple[str, Any, Any]]:
+    root = typer.main.get_command(app)
+    ctx = typer._click.Context(root)
+    found: list[tuple[str, Any, Any]] = []
+
+    def walk(group: Any, path: list[str]) -> None:
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            found.append((" ".join([*path, name]), cmd, ctx))
+            if hasattr(cmd, "list_commands"):
+                walk(cmd, [*path, name])
+
+    walk(root, [])
+    return found
+
+
+def test_every_command_spells_files_formats_and_json_alike() -> None:
+    wrong: list[str] = []
+    for path, cmd, ctx in _commands():
+        options = [p for p in cmd.params if p.param_type_name == "option"]
+        names = {o for p in options for o in p.opts}
+        for p in options:
+            if "-o" in p.opts and ("--output" not in p.opts or "<path>" not in p.get_help_record(ctx)[0]):
+                wrong.append(f"{path}: -o is not --output <path>: {p.opts}")
+            if "-f" in p.opts and "--format" not in p.opts:
+                wrong.append(f"{path}: -f is not --format: {p.opts}")
+            if "--output" in p.opts and "-o" not in p.opts:
+                wrong.append(f"{path}: --output without -o")
+        for old in ("--out", "--out-dir", "--export", "--toon"):
+            if old in names:
+                wrong.append(f"{path}: {old} is an old spelling")
+        fmt = next((p for p in options if "--format" in p.opts), None)
+        if fmt is not None and path not in NOT_PRINTED_FORMATS:
+            if "-f" not in fmt.opts:
+                wrong.append(f"{path}: --format without -f")
+            if "--json" not in names:
+                wrong.append(f"{path}: has --format but no --json")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected", "notices"),
+    [
+        ("faultplane.cli.core.run", ["x.yaml", "-o", "json", "-q"], ["x.yaml", "--format", "json", "-q"], 1),
+        ("faultplane.cli.core.run", ["x.yaml", "--output=toon"], ["x.yaml", "--format", "toon"], 1),
+        ("faultplane.cli.core.run", ["x.yaml", "--json"], ["x.yaml", "--json"], 0),
+        ("faultplane.cli.core.run", ["x.yaml", "--", "-o", "json"], ["x.yaml", "--", "-o", "json"], 0),
+        # today -o is design's folder: only a format name is the old meaning
+        (
+            "faultplane.cli.design.design",
+            ["--out", "d", "-o", "json"],
+            ["--output", "d", "--format", "json"],
+            2,
+        ),
+        ("faultplane.cli.design.design", ["-o", "designs"], ["-o", "designs"], 0),
+        ("faultplane.cli.analyze.analyze", ["--export", "r.csv"], ["--output", "r.csv"], 1),
+        # -f was compliance's --framework: a framework name is the old meaning, a format name today's
+        ("faultplane.cli.compliance.report", ["-f", "DORA"], ["--framework", "DORA"], 1),
+        ("faultplane.cli.compliance.report", ["-f", "json"], ["-f", "json"], 0),
+        ("faultplane.cli.compliance.periodic", ["--out-dir", "r"], ["--output", "r"], 1),
+        ("faultplane.cli.plane.report", ["--toon"], ["--format", "toon"], 1),
+        ("faultplane.cli.core.journal_show", ["abc", "-o", "json"], ["abc", "-o", "json"], 0),  # no rule
+    ],
+)
+def test_old_spellings_are_rewritten_with_a_notice_each(
+    command: str, args: list[str], expected: list[str], notices: int
+) -> None:
+    lines: list[str] = []
+    assert rewrite(command, args, lines.append) == expected
+    assert len(lines) == notices and all("deprecated" in line and "\n" not in line for line in lines)
+
+
+def _experiment(tmp_path: Path) -> Path:
+    probe = {"type": "python", "module": "os.path", "func": "isdir", "arguments": {"s": "/"}}
+    doc = {
+        "title": "conventions",
+        "description": "d",
+        "steady-state-hypothesis": {
+            "title": "h",
+            "probes": [{"type": "probe", "name": "p", "tolerance": True, "provider": probe}],
+        },
+        "method": [{"type": "action", "name": "a", "provider": probe}],
+    }
+    path = tmp_path / "exp.json"
+    path.write_text(json.dumps(doc))
+    (tmp_path / "policy.yaml").write_text("gates: {required: false}\n")
+    return path
+
+
+def _fp(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FAULTPLANE_POLICY": str(tmp_path / "policy.yaml")}
+    return subprocess.run(
+        [sys.executable, "-m", "faultplane", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_run_prints_the_same_json_under_every_spelling_and_notes_the_old_one(tmp_path: Path) -> None:
+    exp = str(_experiment(tmp_path))
+    results = {}
+    for spelling in (["-o", "json"], ["--format", "json"], ["-f", "json"], ["--json"]):
+        out = _fp(tmp_path, "run", exp, "-q", *spelling)
+        assert out.returncode == 0, out.stderr
+        results[" ".join(spelling)] = json.loads(out.stdout)  # stdout holds the JSON and nothing else
+        notices = [line for line in out.stderr.splitlines() if "deprecated" in line]
+        assert notices == (
+            ["faultplane: '-o json' is deprecated: use '--format json'"] if "-o" in spelling else []
+        )
+    assert {r["status"] for r in results.values()} == {"completed"}
+    assert len({r["run_id"] for r in results.values()}) == 4  # four runs, each answered in JSON
+
+
+def test_listing_commands_answer_json(tmp_path: Path) -> None:
+    exp = str(_experiment(tmp_path))
+    run_id = json.loads(_fp(tmp_path, "run", exp, "-q", "--json").stdout)["run_id"]
+    listed = _fp(tmp_path, "runs", "list", "--json")
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == [run_id]
+    shown = json.loads(_fp(tmp_path, "journal", "show", run_id[:8], "--json").stdout)
+    assert shown["run_id"] == run_id
+    names = [e["name"] for e in json.loads(_fp(tmp_path, "experiments", "list", "--json").stdout)]
+    assert "demo-latency" in names  # the bundled experiments
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs", "list"],
+        ["journal", "show", "abc"],
+        ["journal", "export", "abc"],
+        ["analyze"],
+        ["analyze", "baseline", "--probe", "p"],
+        ["report", "abc"],
+        ["gameday", "list"],
+        ["compliance", "report"],
+        ["dora", "report"],
+    ],
+    ids=" ".join,
+)
+def test_a_read_command_refuses_a_store_that_does_not_exist(tmp_path: Path, argv: list[str]) -> None:
+    missing = tmp_path / "typo.duckdb"
+    out = _fp(tmp_path, *argv, "--store", str(missing))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1 and str(missing) in out.stderr and "fix:" in out.stderr
+    assert not missing.exists() and not list(tmp_path.glob("typo*"))  # nothing created
+
+
+@pytest.mark.parametrize("kind", ["not-a-database", "a-folder", "unwritable-parent"])
+def test_a_store_that_cannot_be_used_is_one_line_and_exit_2(tmp_path: Path, kind: str) -> None:
+    store = {
+        "not-a-database": tmp_path / "junk.duckdb",
+        "a-folder": tmp_path,
+        "unwritable-parent": Path("/proc/no-such-dir/store.duckdb"),
+    }[kind]
+    if kind == "not-a-database":
+        store.write_text("not a database\n")
+    exp = str(_experiment(tmp_path))
+    for argv in (["runs", "list"], ["run", exp, "-q"]):
+        out = _fp(tmp_path, *argv, "--store", str(store))
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
+        assert "Traceback" not in out.stderr and "store" in out.stderr
+
+
+def test_a_broken_policy_file_is_exit_2_naming_it(tmp_path: Path) -> None:
+    exp = str(_experiment(tmp_path))
+    (tmp_path / "policy.yaml").write_text("gates: [\n")
+    for argv in (["validate", exp], ["run", exp, "-q"], ["guard", "check", exp]):
+        out = _fp(tmp_path, *argv)
+        assert out.returncode == 2, (argv, out.stderr)
+        assert "policy.yaml" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_report_verify_answers_json(tmp_path: Path) -> None:
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("{}")
+    runner = CliRunner()
+    for spelling in (["--json"], ["-f", "json"]):
+        out = runner.invoke(app, ["report", "verify", str(folder), *spelling])
+        assert out.exit_code == 1
+        got = json.loads(out.stdout)
+        assert got["ok"] is False and got["problems"] == [
+            "manifest.json: not a faultplane-exercise-report/1 manifest"
+        ]
+    text = runner.invoke(app, ["report", "verify", str(folder)])
+    assert text.exit_code == 1 and "✗ manifest.json" in text.stdout
+    missing = runner.invoke(app, ["report", "verify", str(tmp_path / "none"), "--json"])
+    assert missing.exit_code == 2 and "no manifest.json" in missing.output
