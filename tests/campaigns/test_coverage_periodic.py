@@ -14,6 +14,7 @@ import yaml
 
 from faultplane.services.compliance import ComplianceError
 from faultplane.services.coverage_diff import parse_period
+from policy_helpers import use_lab_policy
 
 
 def _tagged_run(tmp_path: Path, tags: list[str]) -> str:
@@ -40,10 +41,8 @@ def _tagged_run(tmp_path: Path, tags: list[str]) -> str:
 
 
 def _fp(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    policy = tmp_path / "policy.yaml"
-    if not policy.exists():
-        policy.write_text("gates: {required: false}\n")
-    env = {**os.environ, "FAULTPLANE_POLICY": str(policy), "FAULTPLANE_STORE_WRITER": "inline"}
+    use_lab_policy("gates: {required: false}\n")
+    env = {**os.environ, "FAULTPLANE_STORE_WRITER": "inline"}
     return subprocess.run(
         [sys.executable, "-m", "faultplane", *args], capture_output=True, text=True, timeout=120, env=env
     )

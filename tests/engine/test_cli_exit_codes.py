@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from faultplane.engine.lifecycle import EXIT_ROLLBACK_FAILED
+from policy_helpers import use_lab_policy
 
 
 def _doc(rollback_provider: dict[str, Any], *, hypothesis_holds: bool = True) -> dict[str, Any]:
@@ -39,14 +40,13 @@ def _doc(rollback_provider: dict[str, Any], *, hypothesis_holds: bool = True) ->
 def _run(tmp_path: Path, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump(doc))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("gates: {required: false}\n")
+    use_lab_policy("gates: {required: false}\n")
     out = subprocess.run(
         [sys.executable, "-m", "faultplane", "run", str(exp), "-o", "json", "-q"],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "FAULTPLANE_POLICY": str(policy)},
+        env=dict(os.environ),
     )
     return out.returncode, json.loads(out.stdout)
 

@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from faultplane.cli.term import Table, timestamp
+from policy_helpers import use_lab_policy
 
 RUN_ID = "4aab79b1371b4640"
 
@@ -90,9 +91,8 @@ def test_runs_list_at_80_columns_shows_whole_run_ids(tmp_path: Path) -> None:
             }
         )
     )
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("gates: {required: false}\n")
-    env = {**os.environ, "FAULTPLANE_POLICY": str(policy), "COLUMNS": "80"}
+    use_lab_policy("gates: {required: false}\n")
+    env = {**os.environ, "COLUMNS": "80"}
     run = subprocess.run(
         [sys.executable, "-m", "faultplane", "run", str(exp), "-q", "-o", "json"],
         capture_output=True,

@@ -200,3 +200,67 @@ def test_journal_bodies_zstd_where_the_server_has_codecs(
             "journals", [{"run_id": "r1", "written_at": dt.datetime.now(dt.UTC), "body": '{"a": 1}'}]
         )
         assert store.query("SELECT body FROM journals WHERE run_id = 'r1'")[0]["body"] == '{"a": 1}'
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "clickhouse"])
+def test_exposure_earns_the_same_stage_on_both_engines(
+    engine: str, ch_store: ClickHouseStore, tmp_path: Any
+) -> None:
+    """A journal's injection becomes an exposure row on either store; the stage check reads it alike."""
+    from faultplane.core.model import Journal
+    from faultplane.core.policy import Policy
+    from faultplane.core.store import Store
+    from faultplane.engine.lifecycle import evaluate_document
+
+    store: Any = ch_store if engine == "clickhouse" else Store(tmp_path / "s.duckdb")
+    target = "loopback:6379"
+    doc = {
+        "title": "pause writes",
+        "blast_radius": {"percent": 25},
+        "method": [
+            {
+                "type": "action",
+                "name": "pause",
+                "provider": {
+                    "type": "driver",
+                    "driver": "redis",
+                    "name": "client_pause",
+                    "arguments": {"url": "redis://localhost:6379/0", "timeout_ms": 50},
+                },
+            }
+        ],
+    }
+    policy = Policy.model_validate({"gates": {"required": False}, "approval": {"min_stage": None}})
+    assert not evaluate_document(doc, policy, store, None).allowed
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+    def journal(run_id: str, status: str, injections: list[dict[str, Any]]) -> Journal:
+        return Journal(
+            run_id=run_id,
+            faultplane_version="t",
+            experiment={"title": "other title"},
+            status=status,  # type: ignore[arg-type]
+            start=start,
+            end=start + dt.timedelta(seconds=1),
+            seed=1,
+            family="other-family",
+            steady_states={"before": {"steady_state_met": True}, "after": {"steady_state_met": True}},
+            injections=injections,
+        )
+
+    inj = {"target": target, "fault_kind": "timeout", "action": "redis.client_pause", "leases": 1}
+    red = journal("r1", "failed", [inj])  # a failed run injected it but is not green
+    empty = journal("r2", "completed", [])  # a green run that injected nothing
+    green = journal("r3", "completed", [inj])
+    for j in (red, empty):
+        _persist(store, j)
+    assert not evaluate_document(doc, policy, store, None).allowed
+    _persist(store, green)
+    assert evaluate_document(doc, policy, store, None).allowed
+
+
+def _persist(store: Any, j: Any) -> None:
+    if hasattr(store, "persist_journal"):
+        store.persist_journal(j, blast_stage=0)
+    else:
+        store.write_journal(j, j.model_dump_json(), "/tmp/x.json", blast_stage=0)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment
 
 from faultplane.core.policy import Policy, evaluate, find_forbidden, load_policy
@@ -427,3 +428,31 @@ def test_combining_layers_keeps_every_stage_and_takes_the_smaller_sizes(project:
     pol = load_policy()
     assert [s.percent for s in pol.blast_radius.stages] == [5, 20, 40]  # the fewer stages, each the smaller
     assert all(s.count is None for s in pol.blast_radius.stages)
+
+
+@pytest.mark.parametrize("command", [["validate"], ["guard", "check"], ["run", "--dry-run"], ["run"]])
+@pytest.mark.parametrize("elsewhere", ["outside", "nested-git"])
+def test_running_from_outside_the_project_does_not_shed_its_policy(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], elsewhere: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from faultplane.cli.main import app
+
+    # the project forbids a word of its own; the experiment inside it names that word
+    (project / "faultplane.policy.yaml").write_text("forbidden: {words: [livecluster]}\n")
+    exp = project / "experiments" / "exp.yaml"
+    exp.parent.mkdir()
+    exp.write_text(
+        yaml.safe_dump(base_experiment(slo_gates=None, configuration={"h": "livecluster-db.internal"}))
+    )
+    # the agent runs it from a folder with a lax policy of its own, outside the project or in a nested repo
+    other = tmp_path / "scratch" if elsewhere == "outside" else project / "experiments" / "sub"
+    other.mkdir(parents=True)
+    if elsewhere == "nested-git":
+        (other / ".git").mkdir()
+    (other / "faultplane.policy.yaml").write_text(LAB)
+    monkeypatch.chdir(other)
+    res = CliRunner().invoke(app, [*command, str(exp)])
+    assert res.exit_code in (2, 3), res.output
+    assert "livecluster" in res.output, res.output

@@ -94,10 +94,12 @@ def make_env(root: Path) -> ServerEnv:
     experiments = root / "experiments"
     experiments.mkdir(parents=True, exist_ok=True)
     (experiments / "mcp-smoke.yaml").write_text(SMOKE_EXPERIMENT, encoding="utf-8")
-    policy = root / "faultplane.policy.yaml"
-    # A lab policy: the strict default requires SLO gates, which these tiny experiments don't declare, and a
+    # the user's policy (the server's XDG_CONFIG_HOME), also named by FAULTPLANE_POLICY so tests can rewrite it:
+    # an explicit file alone only tightens, the user's may relax. A lab policy: the strict default requires SLO gates, which these tiny experiments don't declare, and a
     # person's approval for partitions, which these tests register as in-process faults (test_mcp_approval.py
     # covers the approval itself).
+    policy = root / "config" / "faultplane" / "policy.yaml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
     policy.write_text(
         "gates: {required: false}\napproval: {fault_types: [resource_exhaustion]}\n", encoding="utf-8"
     )

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from faultplane.core.approval import generate_key
+from policy_helpers import use_lab_policy
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -31,11 +32,11 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "FAULTPLANE_STORE": str(base / "store.duckdb"),
         "XDG_DATA_HOME": str(base / "data"),
         "XDG_STATE_HOME": str(base / "state"),
-        "FAULTPLANE_POLICY": str(base / "policy.yaml"),
+        "XDG_CONFIG_HOME": str(base / "config"),
         "FAULTPLANE_STORE_WRITER": "inline",
         "FAULTPLANE_APPROVER_PASSPHRASE": PASSPHRASE,
     }
-    (base / "policy.yaml").write_text("gates: {required: false}\n")
+    use_lab_policy("gates: {required: false}\n", base / "config")
     since = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     probe = {"type": "python", "module": "os", "func": "getcwd"}
     for i in range(3):

@@ -19,9 +19,11 @@ bytes, expired) approves nothing: the strict combination holds and the policy's 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from faultplane.core.policy import (
@@ -39,6 +41,7 @@ from faultplane.core.policy import (
 
 __all__ = [
     "SIGNATURE_SUFFIX",
+    "also_from",
     "combine",
     "loosening_approved",
     "policy_file_hash",
@@ -50,6 +53,31 @@ __all__ = [
 
 SIGNATURE_SUFFIX = ".sig"
 _MAX_SIGNATURE_BYTES = 16_384
+
+# folders whose project policies apply as well as the starting folder's: the folder of the experiment file
+# being judged, so running it from outside its project (`cd /tmp && faultplane run /proj/x.yaml`) does not
+# shed that project's policy. A context variable: it reaches only the call made inside `also_from(...)`.
+_ALSO_FROM: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar(
+    "faultplane_policy_also", default=()
+)
+
+
+@contextlib.contextmanager
+def also_from(source: object) -> Iterator[None]:
+    """Within this block the policy in force also holds the project policies of `source`'s folder (when
+    `source` is an existing file path; anything else adds nothing)."""
+    folder: Path | None = None
+    if isinstance(source, str | Path) and len(str(source)) < 4096 and "\n" not in str(source):
+        with contextlib.suppress(OSError, ValueError):
+            path = Path(source).expanduser()
+            if path.is_file():
+                folder = path.resolve().parent
+    token = _ALSO_FROM.set((*_ALSO_FROM.get(), folder) if folder is not None else _ALSO_FROM.get())
+    try:
+        yield
+    finally:
+        _ALSO_FROM.reset(token)
+
 
 _USER_POLICY_NAMES = ("policy.yaml", "policy.yml")
 _FLOOR_SOURCE = "built-in floor"
@@ -148,6 +176,9 @@ def policy_in_force(
         raise PolicyError(f"policy file {explicit} does not exist (set by --policy or FAULTPLANE_POLICY)")
     user = user_policy_path()
     inside, above = project_policy_files(Path(start or Path.cwd()).resolve())
+    for folder in _ALSO_FROM.get():
+        more_inside, more_above = project_policy_files(folder)
+        inside, above = [*inside, *more_inside], [*above, *more_above]
     seen: list[Path] = []
 
     def fresh(files: Iterable[Path]) -> list[Path]:

@@ -211,7 +211,10 @@ def validate_experiment(
         )
         return report
     if with_policy:
-        decision = evaluate_policy(p, open_store(), policy_path, None)
+        from faultplane.core.policy_layers import also_from
+
+        with also_from(source):  # the experiment's own project policy holds wherever it is run from
+            decision = evaluate_policy(p, open_store(), policy_path, None)
         if decision is not None:
             report.policy = decision.model_dump(mode="json") if hasattr(decision, "model_dump") else None
             if not decision.allowed:
@@ -242,22 +245,24 @@ async def run_experiment(
     """Plan (validate + policy), then run. Raises ExperimentError for invalid input (nothing is run).
     `runtime` overrides the experiment's `runtime` block (the CLI's strategy flags); `ctk_compat` runs with
     Chaos Toolkit's outcomes (docs/chaostoolkit.md)."""
+    from faultplane.core.policy_layers import also_from
     from faultplane.services.ctk import apply_runtime
 
-    j = await execute(
-        apply_runtime(_load(source), runtime),
-        variables=variables,
-        dry_run=dry_run,
-        store=store if store is not None else open_store(),
-        on_event=on_event,
-        policy_path=policy_path,
-        approval_token=approval_token,
-        handle_signals=handle_signals,
-        journal_dir=journal_dir,
-        ctk_compat=ctk_compat,
-        strict_variables=strict_variables,
-        global_controls=global_controls,
-    )
+    with also_from(source):  # the experiment's own project policy holds wherever it is run from
+        j = await execute(
+            apply_runtime(_load(source), runtime),
+            variables=variables,
+            dry_run=dry_run,
+            store=store if store is not None else open_store(),
+            on_event=on_event,
+            policy_path=policy_path,
+            approval_token=approval_token,
+            handle_signals=handle_signals,
+            journal_dir=journal_dir,
+            ctk_compat=ctk_compat,
+            strict_variables=strict_variables,
+            global_controls=global_controls,
+        )
     return RunResult.from_journal(j, str((journal_dir or _jdir()) / f"{j.run_id}.json"))
 
 

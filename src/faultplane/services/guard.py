@@ -100,8 +100,11 @@ def check_experiment(
     approval_token: str | None = None,
 ) -> PolicyDecision:
     """The policy's decision on an experiment, as the engine would make it now."""
+    from faultplane.core.policy_layers import also_from
+
     prepared = prepare(source, variables)
-    pol = policy or load_policy(policy_path)
+    with also_from(source):  # the experiment's own project policy holds wherever it is run from
+        pol = policy or load_policy(policy_path)
     return _decide(prepared, pol, store, approval_token)
 
 
