@@ -198,7 +198,12 @@ def main() -> int:
         finally:
             for p in procs:
                 p.terminate()
-                p.wait(timeout=10)
+                try:
+                    # the proxy writes its last records to the store first: slow on a loaded machine
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
     print(
         f"plane proxy added latency, empty plan, {args.calls} sequential tools/call per side, interleaved in blocks of {BLOCK} (ms)"
