@@ -4,6 +4,7 @@ radius picks among them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import random
@@ -93,8 +94,9 @@ def _tagged(tag: str) -> list[psutil.Process]:
 def _until(pred, timeout: float = 20) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if pred():
-            return True
+        with contextlib.suppress(psutil.NoSuchProcess):  # a process looked at may exit meanwhile
+            if pred():
+                return True
         time.sleep(0.1)
     return False
 
@@ -129,7 +131,12 @@ async def test_memory_stress_holds_resident_memory_and_the_lease_recipe_ends_it(
     group = os.getpgid(leader.pid)
 
     def resident() -> int:
-        return sum(p.memory_info().rss for p in psutil.process_iter() if _pgid(p.pid) == group)
+        total = 0
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.NoSuchProcess):  # one may exit between the two looks
+                if _pgid(p.pid) == group:
+                    total += p.memory_info().rss
+        return total
 
     assert _until(lambda: resident() >= 64 * 2**20)
     # What the watchdog runs after a SIGKILLed controller: the recipe from the lease file alone.
