@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from faultplane.cli.legacy import rewrite
 from faultplane.cli.main import app
+from policy_helpers import use_lab_policy
 
 # commands whose --format is not what they print: the journal's own format (always JSON) and an input file's
 NOT_PRINTED_FORMATS = {"journal export", "dora import"}
@@ -111,7 +112,9 @@ def _experiment(tmp_path: Path) -> Path:
 
 
 def _fp(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FAULTPLANE_POLICY": str(tmp_path / "policy.yaml")}
+    if (tmp_path / "policy.yaml").exists():
+        use_lab_policy((tmp_path / "policy.yaml").read_text())
+    env = dict(os.environ)
     return subprocess.run(
         [sys.executable, "-m", "faultplane", *args], capture_output=True, text=True, timeout=120, env=env
     )

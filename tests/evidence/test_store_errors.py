@@ -11,6 +11,7 @@ import pytest
 from evidence_helpers import LAB_POLICY
 
 from clihelp import cli
+from policy_helpers import use_lab_policy
 
 
 def _one_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -25,7 +26,7 @@ def _one_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
 def test_unopenable_duckdb_stores_fail_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(LAB_POLICY, encoding="utf-8")
-    monkeypatch.setenv("FAULTPLANE_POLICY", str(policy))
+    use_lab_policy(LAB_POLICY)
     marker = tmp_path / "ran"
     exp = tmp_path / "exp.json"
     action = {
@@ -47,9 +48,10 @@ def test_unopenable_duckdb_stores_fail_in_one_line(tmp_path: Path, monkeypatch: 
 
     under_a_file = tmp_path / "plain-file" / "store.duckdb"
     (tmp_path / "plain-file").write_text("", encoding="utf-8")
-    _one_line(
-        cli("runs", "list", "--store", str(under_a_file)), str(under_a_file), "cannot create its directory"
-    )
+    # a read command finds no store there; a run cannot create one and starts nothing
+    _one_line(cli("runs", "list", "--store", str(under_a_file)), str(under_a_file), "no store")
+    _one_line(cli("run", str(exp), "--store", str(under_a_file)), str(under_a_file), "cannot create")
+    assert not marker.exists()
 
     proc = cli("run", str(exp), "--store", str(not_a_db))
     _one_line(proc, str(not_a_db))

@@ -306,7 +306,7 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
-        proc = cli("run", str(exp), "--output", "json")
+        proc = cli("run", str(exp), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
@@ -353,12 +353,12 @@ def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
     pids: list[int] = []
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("FAULTPLANE_POLICY", str(tmp_path / "policy.yaml"))
+            use_lab_policy((tmp_path / "policy.yaml").read_text())
             mp.setenv("XDG_STATE_HOME", str(state))
             mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
             # an export timeout far above the CLI's own timeout: a run that waited for it could not pass
             mp.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "600000")
-            first = cli("run", str(exp), "--output", "json", timeout=120)
+            first = cli("run", str(exp), "--format", "json", timeout=120)
             assert first.returncode == 0, first.stderr
             lines = [ln for ln in first.stderr.splitlines() if ln.strip()]
             assert len(lines) == 1, first.stderr
@@ -372,7 +372,7 @@ def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
             # a short timeout: whoever sees it (the detached sender, or the run's own thread on a loaded machine)
             # drops the telemetry and marks the collector dead for the next processes
             mp.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
-            second = cli("run", str(exp), "--output", "json", timeout=120)
+            second = cli("run", str(exp), "--format", "json", timeout=120)
             assert second.returncode == 0, second.stderr
             m = re.search(r"pid (\d+)", second.stderr)
             if m:
@@ -389,7 +389,7 @@ def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
                 assert f"collector {endpoint} unreachable (timeout" in log.read_text(encoding="utf-8")
 
             mp.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "600000")
-            third = cli("run", str(exp), "--output", "json", timeout=120)
+            third = cli("run", str(exp), "--format", "json", timeout=120)
             assert third.returncode == 0, third.stderr
             lines = [ln for ln in third.stderr.splitlines() if ln.strip()]
             assert len(lines) == 1, third.stderr
