@@ -213,7 +213,7 @@ def _cli_run(tmp_path: Path, *, extra_env: dict[str, str] | None = None) -> tupl
     exp = tmp_path / "exp.json"
     exp.write_text(json.dumps(_experiment("cli queued rows")))
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "faultplane", "run", str(exp), "-q", "-o", "json"],
+        [sys.executable, "-X", "importtime", "-m", "faultplane", "run", str(exp), "-q", "--format", "json"],
         capture_output=True,
         text=True,
         env={**env(), "FAULTPLANE_STORE": str(tmp_path / "s.duckdb"), **(extra_env or {})},
@@ -224,17 +224,24 @@ def _cli_run(tmp_path: Path, *, extra_env: dict[str, str] | None = None) -> tupl
 
 
 def test_the_cli_run_leaves_its_rows_to_a_detached_writer_and_never_loads_duckdb(tmp_path: Path) -> None:
-    _cli_run(tmp_path)  # the family's first run reads the database once for its history
+    first, _ = _cli_run(tmp_path)  # the family's first run reads the database once for its history
+    _wait_for_rows(tmp_path / "s.duckdb", first)  # its writer done: the next run starts on a settled store
     run_id, imports = _cli_run(tmp_path)
     assert not [ln for ln in imports.splitlines() if ln.rstrip().endswith(("| duckdb", "| pyarrow"))]
+    _wait_for_rows(tmp_path / "s.duckdb", run_id)
+    assert _raw_rows(tmp_path / "s.duckdb", run_id) == [("completed",)]
+    assert not list((tmp_path / "s.duckdb.pending").glob("*.json"))
+
+
+def _wait_for_rows(db: Path, run_id: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the detached writer needs DuckDB's start-up, then a moment
         with contextlib.suppress(duckdb.IOException):  # the writer holds the file lock while it writes
-            if _raw_rows(tmp_path / "s.duckdb", run_id) == [("completed",)]:
-                break
+            if _raw_rows(db, run_id) == [("completed",)] and not list(
+                db.with_name(db.name + ".pending").glob("*")
+            ):
+                return
         time.sleep(0.2)
-    assert _raw_rows(tmp_path / "s.duckdb", run_id) == [("completed",)]
-    assert not list((tmp_path / "s.duckdb.pending").glob("*.json"))
 
 
 def test_the_cli_run_writes_its_rows_itself_when_asked(tmp_path: Path) -> None:
