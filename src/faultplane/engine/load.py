@@ -113,7 +113,10 @@ class LoadSpec(BaseModel):
         "busy a request waits for one, its latency still counted from its scheduled time",
     )
     workers: int | None = Field(
-        None, ge=1, le=64, description="generator processes; default: one per 15,000 req/s, a core left free"
+        None,
+        ge=1,
+        le=64,
+        description="generator processes; default: one per 15,000 req/s, a core left free above 2 cores",
     )
     max_lag_s: float = Field(
         1.0,
@@ -356,10 +359,13 @@ def make_load(
     return LoadGenerator(spec, on_second=on_second)
 
 
-def default_workers(rate: float) -> int:
-    """Worker processes for `rate`: one keeps ~15,000 req/s on a loopback core; a core is left for the rest."""
-    cores = os.cpu_count() or 1
-    return max(1, min(max(1, cores - 1), math.ceil(rate / 15_000)))
+def default_workers(rate: float, cores: int | None = None) -> int:
+    """Worker processes for `rate`: one keeps ~15,000 req/s on a loopback core. Above 2 cores one is left for
+    the rest (the engine, a local service); on 2 that would halve the generator for a rate that needs both,
+    and the kernel shares the cores among the processes anyway (wrk2's default is 2 threads)."""
+    cores = cores or os.cpu_count() or 1
+    usable = cores - 1 if cores > 2 else cores
+    return max(1, min(usable, math.ceil(rate / 15_000)))
 
 
 _FIGURES = ("scheduled", "sent", "ok", "failed_status", "failed_network", "behind", "overflow")
