@@ -452,8 +452,11 @@ class LoadGenerator:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                # the schedule ends here (or at its duration): later answers drain, nothing more is due
+                # the schedule ends here, or at its duration when the workers ran it to the end (they stop
+                # after their last arrival, a moment before the duration is over): nothing more is due
                 sched_end = time.monotonic()
+                if self._t_end is not None and self.spec.duration_s is not None:
+                    sched_end = max(sched_end, self._t0 + self.spec.duration_s)
                 await self._stop(procs)
                 if self._t0 == math.inf:
                     self._t0 = time.monotonic()
@@ -588,6 +591,8 @@ class LoadGenerator:
 
     def _close_seconds(self, until: int) -> list[dict[str, Any]]:
         """Summarise every second before `until` not yet summarised; drop histograms past the retention."""
+        if until <= self._closed_until:
+            return []  # nothing to write, nor to drop (the ticker asks every 100 ms)
         rows = []
         for sec in range(self._closed_until, max(self._closed_until, until)):
             row = self._row(sec, self._present(sec))
