@@ -399,7 +399,8 @@ class LoadGenerator:
         self._in_flight: dict[int, int] = {}
         # per worker: the first scheduled slot that may still change, and its unanswered requests per slot
         self._settled: dict[int, int] = {}
-        self._pending: dict[int, dict[int, tuple[int, float]]] = {}
+        # (when, {slot: (count, newest due offset)}): known to be unanswered at `when`, not necessarily now
+        self._pending: dict[int, tuple[float, dict[int, tuple[int, float]]]] = {}
         self._lag_max = 0.0
         self._t0: float | None = None  # monotonic start (one clock for every process on the machine)
         self._t0_wall: float | None = None
@@ -535,7 +536,7 @@ class LoadGenerator:
                     self._hist.record(*hist)
             self._in_flight[index] = frame["in_flight"]
             self._settled[index] = frame["settled"]
-            self._pending[index] = frame["pending"]
+            self._pending[index] = (float(frame.get("at", 0.0)), frame["pending"])
             self._lag_max = max(self._lag_max, frame["lag_max"])
 
     def _settled_until(self) -> int:
@@ -629,7 +630,7 @@ class LoadGenerator:
             int(max(0.0, elapsed - window) / _SLOT_S),
             int(elapsed / _SLOT_S),
             min(window, elapsed),
-            waiting_at=elapsed if self._t_end is None else None,
+            live=self._t_end is None,
         )
 
     def window(self, start_s: float, end_s: float) -> dict[str, float | None]:
@@ -640,18 +641,18 @@ class LoadGenerator:
         last = max(first, math.ceil(end_s / _SLOT_S - 0.5)) - 1
         return self._figures(first, last, max(_SLOT_S, end_s - start_s))
 
-    def _figures(
-        self, first: int, last: int, covered: float, waiting_at: float | None = None
-    ) -> dict[str, float | None]:
+    def _figures(self, first: int, last: int, covered: float, live: bool = False) -> dict[str, float | None]:
         with self._lock:
             present = [s for k in range(first, last + 1) if (s := self._slots.get(k)) is not None]
             parts = [h for s in present for h in s.latencies]
-            if waiting_at is not None:
+            if live:
+                # the wait as of the worker's last frame: the request may have been answered since, so its
+                # wait up to now is no bound (a 100 ms old frame would add up to 100 ms to a quick answer)
                 waits = [
-                    (waiting_at - off, n)
-                    for pending in self._pending.values()
+                    (at - off, n)
+                    for at, pending in self._pending.values()
                     for k, (n, off) in pending.items()
-                    if first <= k <= last and waiting_at > off
+                    if first <= k <= last and at > off
                 ]
                 if waits:
                     keys, inverse = np.unique(
