@@ -24,8 +24,8 @@ the next second is not blamed for them. A second's row is written once every req
 
 What is recorded: per 100 ms slot, the counts and a bucketed latency histogram (HDR buckets, 3 significant
 digits: memory bounded by the number of distinct buckets, not by the request rate), so `snapshot(window_s)`
-answers the SLI gates for any trailing window — a request still unanswered counts there with the time it has
-waited so far, a lower bound, so a stall shows while it lasts; `window(start, end)` gives a finished run's own
+answers the SLI gates for any trailing window — a request still unanswered counts there with the time it had
+waited at its worker's last frame, a lower bound, so a stall shows while it lasts; `window(start, end)` gives a finished run's own
 requests; a per-second series for the journal and the report; run totals.
 """
 
@@ -623,7 +623,7 @@ class LoadGenerator:
     def snapshot(self, window_s: float = 1.0) -> dict[str, float | None]:
         """Figures of the requests scheduled in the trailing `window_s` seconds (100 ms granularity); see the
         `LoadFigures` protocol. A request of the window not answered yet counts in the latency percentiles with
-        the time it has waited so far (a lower bound), so a stall shows while it lasts."""
+        the time it had waited at its worker's last frame (a lower bound), so a stall shows while it lasts."""
         elapsed = self.elapsed()
         window = min(max(window_s, _SLOT_S), RETENTION_S)
         return self._figures(
