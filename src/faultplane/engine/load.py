@@ -24,8 +24,8 @@ the next second is not blamed for them. A second's row is written once every req
 
 What is recorded: per 100 ms slot, the counts and a bucketed latency histogram (HDR buckets, 3 significant
 digits: memory bounded by the number of distinct buckets, not by the request rate), so `snapshot(window_s)`
-answers the SLI gates for any trailing window — a request still unanswered counts there with the time it has
-waited so far, a lower bound, so a stall shows while it lasts; `window(start, end)` gives a finished run's own
+answers the SLI gates for any trailing window — a request still unanswered counts there with the time it had
+waited at its worker's last frame, a lower bound, so a stall shows while it lasts; `window(start, end)` gives a finished run's own
 requests; a per-second series for the journal and the report; run totals.
 """
 
@@ -113,7 +113,10 @@ class LoadSpec(BaseModel):
         "busy a request waits for one, its latency still counted from its scheduled time",
     )
     workers: int | None = Field(
-        None, ge=1, le=64, description="generator processes; default: one per 15,000 req/s, a core left free"
+        None,
+        ge=1,
+        le=64,
+        description="generator processes; default: one per 15,000 req/s, a core left free above 2 cores",
     )
     max_lag_s: float = Field(
         1.0,
@@ -356,10 +359,13 @@ def make_load(
     return LoadGenerator(spec, on_second=on_second)
 
 
-def default_workers(rate: float) -> int:
-    """Worker processes for `rate`: one keeps ~15,000 req/s on a loopback core; a core is left for the rest."""
-    cores = os.cpu_count() or 1
-    return max(1, min(max(1, cores - 1), math.ceil(rate / 15_000)))
+def default_workers(rate: float, cores: int | None = None) -> int:
+    """Worker processes for `rate`: one keeps ~15,000 req/s on a loopback core. Above 2 cores one is left for
+    the rest (the engine, a local service); on 2 that would halve the generator for a rate that needs both,
+    and the kernel shares the cores among the processes anyway (wrk2's default is 2 threads)."""
+    cores = cores or os.cpu_count() or 1
+    usable = cores - 1 if cores > 2 else cores
+    return max(1, min(usable, math.ceil(rate / 15_000)))
 
 
 _FIGURES = ("scheduled", "sent", "ok", "failed_status", "failed_network", "behind", "overflow")
@@ -393,7 +399,8 @@ class LoadGenerator:
         self._in_flight: dict[int, int] = {}
         # per worker: the first scheduled slot that may still change, and its unanswered requests per slot
         self._settled: dict[int, int] = {}
-        self._pending: dict[int, dict[int, tuple[int, float]]] = {}
+        # (when, {slot: (count, newest due offset)}): known to be unanswered at `when`, not necessarily now
+        self._pending: dict[int, tuple[float, dict[int, tuple[int, float]]]] = {}
         self._lag_max = 0.0
         self._t0: float | None = None  # monotonic start (one clock for every process on the machine)
         self._t0_wall: float | None = None
@@ -446,8 +453,11 @@ class LoadGenerator:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                # the schedule ends here (or at its duration): later answers drain, nothing more is due
+                # the schedule ends here, or at its duration when the workers ran it to the end (they stop
+                # after their last arrival, a moment before the duration is over): nothing more is due
                 sched_end = time.monotonic()
+                if self._t_end is not None and self.spec.duration_s is not None:
+                    sched_end = max(sched_end, self._t0 + self.spec.duration_s)
                 await self._stop(procs)
                 if self._t0 == math.inf:
                     self._t0 = time.monotonic()
@@ -526,7 +536,7 @@ class LoadGenerator:
                     self._hist.record(*hist)
             self._in_flight[index] = frame["in_flight"]
             self._settled[index] = frame["settled"]
-            self._pending[index] = frame["pending"]
+            self._pending[index] = (float(frame.get("at", 0.0)), frame["pending"])
             self._lag_max = max(self._lag_max, frame["lag_max"])
 
     def _settled_until(self) -> int:
@@ -582,6 +592,8 @@ class LoadGenerator:
 
     def _close_seconds(self, until: int) -> list[dict[str, Any]]:
         """Summarise every second before `until` not yet summarised; drop histograms past the retention."""
+        if until <= self._closed_until:
+            return []  # nothing to write, nor to drop (the ticker asks every 100 ms)
         rows = []
         for sec in range(self._closed_until, max(self._closed_until, until)):
             row = self._row(sec, self._present(sec))
@@ -611,14 +623,14 @@ class LoadGenerator:
     def snapshot(self, window_s: float = 1.0) -> dict[str, float | None]:
         """Figures of the requests scheduled in the trailing `window_s` seconds (100 ms granularity); see the
         `LoadFigures` protocol. A request of the window not answered yet counts in the latency percentiles with
-        the time it has waited so far (a lower bound), so a stall shows while it lasts."""
+        the time it had waited at its worker's last frame (a lower bound), so a stall shows while it lasts."""
         elapsed = self.elapsed()
         window = min(max(window_s, _SLOT_S), RETENTION_S)
         return self._figures(
             int(max(0.0, elapsed - window) / _SLOT_S),
             int(elapsed / _SLOT_S),
             min(window, elapsed),
-            waiting_at=elapsed if self._t_end is None else None,
+            live=self._t_end is None,
         )
 
     def window(self, start_s: float, end_s: float) -> dict[str, float | None]:
@@ -629,18 +641,18 @@ class LoadGenerator:
         last = max(first, math.ceil(end_s / _SLOT_S - 0.5)) - 1
         return self._figures(first, last, max(_SLOT_S, end_s - start_s))
 
-    def _figures(
-        self, first: int, last: int, covered: float, waiting_at: float | None = None
-    ) -> dict[str, float | None]:
+    def _figures(self, first: int, last: int, covered: float, live: bool = False) -> dict[str, float | None]:
         with self._lock:
             present = [s for k in range(first, last + 1) if (s := self._slots.get(k)) is not None]
             parts = [h for s in present for h in s.latencies]
-            if waiting_at is not None:
+            if live:
+                # the wait as of the worker's last frame: the request may have been answered since, so its
+                # wait up to now is no bound (a 100 ms old frame would add up to 100 ms to a quick answer)
                 waits = [
-                    (waiting_at - off, n)
-                    for pending in self._pending.values()
+                    (at - off, n)
+                    for at, pending in self._pending.values()
                     for k, (n, off) in pending.items()
-                    if first <= k <= last and waiting_at > off
+                    if first <= k <= last and at > off
                 ]
                 if waits:
                     keys, inverse = np.unique(

@@ -159,7 +159,12 @@ class K6Load(LoadGenerator):
                 continue
             d = point.get("data") or {}
             try:
-                slot = max(0, int((_wall(d["time"]) - self._t0_wall) / _SLOT_S))
+                at = _wall(d["time"])
+                if point["metric"] == "http_req_duration":
+                    # k6 stamps a request's sample when it ends; it counts, as the built-in generator's, in
+                    # the slot it started in (k6's arrival-rate executors start an iteration on schedule)
+                    at -= float(d.get("value") or 0.0) / 1000.0
+                slot = max(0, int((at - self._t0_wall) / _SLOT_S))
             except (KeyError, TypeError, ValueError):
                 continue  # a sample this k6 writes differently is skipped, never the run
             f = frames.get(slot)

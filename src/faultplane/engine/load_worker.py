@@ -432,6 +432,7 @@ class Worker:
             "slots": slots,
             # a request not answered yet has waited at least this long: gates see a stall while it lasts
             "pending": {k: (int(n), off) for k, (n, off) in pending.items()},
+            "at": time.monotonic() - self.t0,  # when these were still pending (offset from the start)
             "settled": settled,
             "in_flight": self.in_flight,
             "lag_max": self.s_lag_max,
