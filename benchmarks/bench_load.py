@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab_policy import lab_config_home
+
 from faultplane.engine.load_k6 import k6_binary
 
 SECONDS = 5
@@ -163,11 +165,9 @@ def fp_in_experiment(url: str, rate: float, seconds: float, tmp: Path) -> dict:
     path.write_text(json.dumps(exp))
     env = dict(os.environ, XDG_DATA_HOME=str(tmp), XDG_STATE_HOME=str(tmp))
     env["FAULTPLANE_STORE"] = str(tmp / "store.duckdb")
-    policy = tmp / "policy.yaml"
-    policy.write_text("gates: {required: false}\n")
-    env["FAULTPLANE_POLICY"] = str(policy)
+    env["XDG_CONFIG_HOME"] = lab_config_home(tmp)
     proc = subprocess.run(
-        [FAULTPLANE, "run", str(path), "-q", "-o", "json"],
+        [FAULTPLANE, "run", str(path), "-q", "--format", "json"],
         env=env,
         capture_output=True,
         text=True,
