@@ -359,3 +359,30 @@ def test_the_choke_point_refuses_a_kill_that_skipped_phase_0(sleeper: Sleeper, n
     (act,) = journal.run
     assert act.status == "failed" and "needs a person's approval" in (act.exception or ""), act.exception
     assert sleeper.alive()
+
+
+def test_an_approval_for_one_target_covers_no_other(project: Path, approver: Approver) -> None:
+    reg = FaultRegistry(project / "faults.json")
+    spec = approval_spec("db", "register", "network_partition", 1.0, None, "127.0.0.1:5432")
+    token = approver.sign(fault_approval_hash(spec), record=False).token
+    with pytest.raises(FaultInputError, match="does not verify"):
+        manage_fault(
+            "db",
+            "register",
+            fault_type="network_partition",
+            probability=1.0,
+            target="127.0.0.1:6379",
+            registry=reg,
+            approval_token=token,
+        )
+    assert list_faults(reg) == []
+    r = manage_fault(
+        "db",
+        "register",
+        fault_type="network_partition",
+        probability=1.0,
+        target="127.0.0.1:5432",
+        registry=reg,
+        approval_token=token,
+    )
+    assert r.status == "registered"
