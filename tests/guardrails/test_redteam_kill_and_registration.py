@@ -345,3 +345,44 @@ async def test_a_search_cannot_sweep_into_reserved_fault_types(project: Path) ->
     assert result.trials and all(t.run_status == "refused" for t in result.trials)
     assert "approval" in result.message
     assert list_faults() == []
+
+
+@pytest.mark.parametrize("name", ["kill-9", "driver-process-kill", "quoted-shell"])
+def test_the_choke_point_refuses_a_kill_that_skipped_phase_0(sleeper: Sleeper, name: str) -> None:
+    """A plan run without a phase-0 decision (a surface that skipped it) cannot kill: the engine judges each
+    activity's effect again just before it runs, and no person approved this run."""
+    from faultplane.core.policy import Policy
+    from faultplane.engine.lifecycle import plan, run_plan
+
+    p = plan(_doc(name, sleeper))
+    journal = anyio.run(lambda: run_plan(p, policy=Policy()))
+    (act,) = journal.run
+    assert act.status == "failed" and "needs a person's approval" in (act.exception or ""), act.exception
+    assert sleeper.alive()
+
+
+def test_an_approval_for_one_target_covers_no_other(project: Path, approver: Approver) -> None:
+    reg = FaultRegistry(project / "faults.json")
+    spec = approval_spec("db", "register", "network_partition", 1.0, None, "127.0.0.1:5432")
+    token = approver.sign(fault_approval_hash(spec), record=False).token
+    with pytest.raises(FaultInputError, match="does not verify"):
+        manage_fault(
+            "db",
+            "register",
+            fault_type="network_partition",
+            probability=1.0,
+            target="127.0.0.1:6379",
+            registry=reg,
+            approval_token=token,
+        )
+    assert list_faults(reg) == []
+    r = manage_fault(
+        "db",
+        "register",
+        fault_type="network_partition",
+        probability=1.0,
+        target="127.0.0.1:5432",
+        registry=reg,
+        approval_token=token,
+    )
+    assert r.status == "registered"

@@ -169,6 +169,12 @@ def _global_controls(settings: Path | None, control_files: list[Path] | None) ->
 
 
 def _print_issues(exc: ExperimentError) -> None:
+    line = exc.one_line("invalid experiment")
+    if line is not None:
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]{escape(line)}[/]", highlight=False)
+        return
     err_console.print(f"[bold red]invalid experiment[/] — {len(exc.issues)} problem(s):")
     for issue in exc.issues:
         err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")

@@ -45,6 +45,12 @@ def variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
 
 
 def print_issues(exc: ExperimentError, what: str = "invalid input") -> None:
+    line = exc.one_line(what)
+    if line is not None:
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]{escape(line)}[/]", highlight=False)
+        return
     err_console.print(f"[bold red]{what}[/] — {len(exc.issues)} problem(s):")
     for issue in exc.issues:
         err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")

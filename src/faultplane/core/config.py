@@ -141,14 +141,22 @@ def load_var_file(path: str | Path) -> Variables:
                 )
             ]
         )
+    from faultplane.core.hostile import HostileInput, read_text_limited
+
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        # size and encoding before parsing: a .env file is read line by line and gets no other check
+        text = read_text_limited(p, "--var-file")
+    except HostileInput as exc:
+        message, _, fix = str(exc).partition("; ")
+        raise ExperimentError(
+            [ValidationIssue(field=f"--var-file {p}", message=message, fix=fix or "pass a smaller file")]
+        ) from None
+    except OSError as exc:
         raise ExperimentError(
             [
                 ValidationIssue(
                     field=f"--var-file {p}",
-                    message=f"cannot read the file: {exc}",
+                    message=f"cannot read the file: {exc.strerror or exc}",
                     fix="pass a readable UTF-8 .json, .yaml or .env file",
                 )
             ]

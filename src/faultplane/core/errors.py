@@ -17,3 +17,13 @@ class ExperimentError(ValueError):
     def __init__(self, issues: list[ValidationIssue]) -> None:
         self.issues = issues
         super().__init__("; ".join(str(i) for i in issues))
+
+    def one_line(self, what: str) -> str | None:
+        """`what: field: problem; fix: ...` when there is a single problem (a hostile file, a bad value), else
+        None: one problem is one line, for a reader, a log and an agent alike."""
+        if len(self.issues) != 1:
+            return None
+        i = self.issues[0]
+        # a file's own errors often start with its path already: say it once
+        message = i.message if i.message.startswith(i.field) else f"{i.field}: {i.message}"
+        return f"{what}: {' '.join(message.split())}; fix: {' '.join(i.fix.split())}"

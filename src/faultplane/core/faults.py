@@ -155,7 +155,8 @@ class RegistryState:
         if not text.strip():
             return state
         data = json.loads(text)
-        for name, entry in (data.get("faults") or {}).items():
+        faults = data.get("faults") if isinstance(data, dict) else None
+        for name, entry in (faults if isinstance(faults, dict) else {}).items():
             try:
                 spec = FaultSpec.from_dict({**entry, "name": name})
             except (FaultSpecError, KeyError, TypeError):
@@ -195,6 +196,9 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+_MAX_REGISTRY_CHARS = 8 * 1024 * 1024  # core.hostile's document limit; a real registry is a few KB
+
+
 class FaultRegistry:
     """The faults registered on this machine, in a JSON file several processes share."""
 
@@ -209,11 +213,14 @@ class FaultRegistry:
     def load(self) -> RegistryState:
         try:
             text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, UnicodeDecodeError):
+            return RegistryState()
+        if len(text) > _MAX_REGISTRY_CHARS:
             return RegistryState()
         try:
+            # a registry file that is not one Faultplane wrote (too deep, not a mapping) holds no faults
             return RegistryState.from_json(text)
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, RecursionError, TypeError):
             return RegistryState()
 
     def get(self, name: str) -> FaultSpec | None:

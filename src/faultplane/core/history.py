@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultplane.core.hostile import json_file_or_none
+
 if TYPE_CHECKING:
     from faultplane.core.store import Store
 
@@ -51,10 +53,8 @@ def drop_index(store_path: Path) -> None:
     there was no database at all (empty, marked `without_db`) holds for the new file and is kept."""
     folder = _index_dir(store_path)
     for path in folder.glob("*.json") if folder.is_dir() else []:
-        try:
-            keep = json.loads(path.read_text(encoding="utf-8")).get("without_db") is True
-        except (OSError, ValueError):
-            keep = False
+        doc = json_file_or_none(path)
+        keep = isinstance(doc, dict) and doc.get("without_db") is True
         if not keep:
             path.unlink(missing_ok=True)
 
@@ -68,11 +68,8 @@ def _store_id(store_path: Path) -> list[int] | None:
 
 
 def _read(store_path: Path, family: str) -> list[dict[str, Any]] | None:
-    try:
-        doc = json.loads(_index_path(store_path, family).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-    if doc.get("family") != family:
+    doc = json_file_or_none(_index_path(store_path, family))
+    if not isinstance(doc, dict) or doc.get("family") != family:
         return None
     if doc.get("store") != _store_id(store_path) and doc.get("without_db") is not True:
         return None

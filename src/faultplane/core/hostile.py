@@ -22,6 +22,8 @@ __all__ = [
     "HostileInput",
     "check_structure",
     "check_text",
+    "json_file_or_none",
+    "load_json_file",
     "parse_guarded",
     "read_text_limited",
 ]
@@ -113,3 +115,19 @@ def parse_guarded(parse: Callable[[str], T], text: str, what: str = "document") 
         ) from None
     check_structure(data, what)
     return data
+
+
+def load_json_file(path: str | os.PathLike[str], what: str = "file") -> Any:
+    """A JSON file within the limits. Raises HostileInput (size, encoding, nesting) or ValueError (syntax)."""
+    import json
+
+    return parse_guarded(json.loads, read_text_limited(path, what), f"{what} {path}")
+
+
+def json_file_or_none(path: str | os.PathLike[str]) -> Any:
+    """A JSON file Faultplane wrote for itself (an index, a marker), or None when it is missing, unreadable,
+    beyond the limits or not JSON: a file another process planted there must not stop a command."""
+    try:
+        return load_json_file(path)
+    except (OSError, ValueError):  # HostileInput and JSONDecodeError are ValueErrors
+        return None

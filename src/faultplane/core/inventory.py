@@ -73,6 +73,15 @@ _URL = re.compile(
 )
 _AT = re.compile(r"(?<![/\w])[a-z0-9_.\-]+@(?P<host>[a-z0-9][a-z0-9\-_.]*[a-z0-9])", re.I)
 _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
+# `db7.corp:6379` (a dotted name or localhost with a port) and `--upstream db7.corp`: hosts with no scheme
+_HOST_PORT = re.compile(
+    r"(?<![\w.\-/@:])(?P<host>(?:[a-z0-9][a-z0-9\-_]*\.)+[a-z][a-z0-9\-_]*|localhost):\d{1,5}\b", re.I
+)
+_HOST_FLAG = re.compile(
+    r"(?:^|\s)--?(?:upstream|host|hostname|target|server|endpoint|address|addr|dest|destination|remote)"
+    r"(?:=|\s+)[\"']?(?P<host>(?:[a-z0-9][a-z0-9\-_]*\.)+[a-z][a-z0-9\-_]*|localhost)(?![\w.\-/])",
+    re.I,
+)
 _KW = re.compile(r"\b(?P<k>host|hostaddr|port|dbname|user)\s*=\s*(?P<v>[^\s'\"]+)", re.I)
 _NS_FLAG = re.compile(r"(?:^|\s)(?:-n\s*|--namespace[=\s]+)(?P<v>[^\s\"'-][^\s\"']*)")
 _CTX_FLAG = re.compile(r"(?:^|\s)--(?:kube-)?context[=\s]+(?P<v>[^\s\"'-][^\s\"']*)")
@@ -147,6 +156,8 @@ def undeclared(doc: Mapping[str, Any], inventory: Inventory) -> list[Any]:
                     if not _glob(dsn, inventory.databases):
                         refuse("databases", dsn, str(section))
             hosts += [m["host"] for m in _AT.finditer(text)]
+            hosts += [m["host"] for m in _HOST_PORT.finditer(text)]
+            hosts += [m["host"] for m in _HOST_FLAG.finditer(text)]
             hosts += _IPV4.findall(text)
             if k in _HOST_KEYS and " " not in text.strip() and "/" not in text:
                 hosts.append(text.strip().rsplit(":", 1)[0] if text.count(":") == 1 else text.strip())

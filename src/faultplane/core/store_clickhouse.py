@@ -43,6 +43,7 @@ from faultplane.core.clickhouse_wire import (
     bind,
     decode_compact,
 )
+from faultplane.core.hostile import HostileInput, json_file_or_none, read_text_limited
 from faultplane.core.migrations import (
     BOOLEAN_COLUMNS,
     CORE_MIGRATIONS,
@@ -483,11 +484,20 @@ class ClickHouseStore:
         self._flushing = True
         try:
             for marker in sorted(self.pending_dir.glob("*.json")):
+                # a marker, and the journal it points at, are files anyone could have put there
+                spec = json_file_or_none(marker)
+                if not isinstance(spec, dict) or not isinstance(spec.get("journal"), str):
+                    marker.replace(marker.with_suffix(".rejected"))
+                    _log.warning("store %s: %s is not a pending-journal marker; set aside", self.path, marker)
+                    continue
                 try:
-                    spec = json.loads(marker.read_text(encoding="utf-8"))
-                    body = Path(spec["journal"]).read_text(encoding="utf-8")
+                    body = read_text_limited(spec["journal"], "journal")
                 except FileNotFoundError:
                     marker.unlink(missing_ok=True)
+                    continue
+                except (OSError, HostileInput) as exc:
+                    marker.replace(marker.with_suffix(".rejected"))
+                    _log.warning("store %s: could not index %s (%s)", self.path, spec["journal"], exc)
                     continue
                 try:
                     journal = Journal.model_validate_json(body)

@@ -7,7 +7,7 @@ surface registered without going through phase 0, reaches a production target or
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["refusal"]
@@ -31,16 +31,51 @@ def _judge(policy: Any, secret_values: Sequence[str]) -> Any:
     return judge
 
 
-def refusal(activity: Mapping[str, Any], policy: Any, secret_values: Sequence[str] = ()) -> str | None:
-    """Why the policy refuses to execute `activity` now, or None. Findings never show a secret."""
-    found = list(_judge(policy, secret_values)({"method": [dict(activity)]}))
+def refusal(
+    activity: Mapping[str, Any],
+    policy: Any,
+    secret_values: Sequence[str] = (),
+    *,
+    approved: bool = False,
+    fault_type_of: Callable[[str, str], str | None] | None = None,
+) -> str | None:
+    """Why the policy refuses to execute `activity` now, or None. Findings never show a secret.
+
+    `approved`: a person approved this run in phase 0. Without that, an activity whose effect the policy
+    reserves for a person (approval.fault_types by effect, approval.actions) is refused here too: a plan
+    that reached the engine without a phase-0 decision, or that changed since, cannot kill or partition."""
+    doc = {"method": [dict(activity)]}
+    found = list(_judge(policy, secret_values)(doc))
     inventory = getattr(policy, "inventory", None)
     if inventory is not None:
         from faultplane.core.inventory import undeclared
 
-        found += undeclared({"method": [dict(activity)]}, inventory)
-    if not found:
+        found += undeclared(doc, inventory)
+    reasons = [f"{v.field}: {v.message}" for v in found[:3]]
+    if not approved:
+        reserved = _reserved(doc, policy, fault_type_of)
+        if reserved:
+            reasons.append(f"it {reserved}, which needs a person's approval, and this run has none")
+    if not reasons:
         return None
-    return "refused by the policy just before it ran: " + "; ".join(
-        f"{v.field}: {v.message}" for v in found[:3]
-    )
+    return "refused by the policy just before it ran: " + "; ".join(reasons)
+
+
+def _reserved(
+    doc: Mapping[str, Any], policy: Any, fault_type_of: Callable[[str, str], str | None] | None
+) -> str:
+    import fnmatch
+
+    from faultplane.core.policy import _fault_types, normalize_text
+
+    approval = getattr(policy, "approval", None)
+    if approval is None:
+        return ""
+    kinds, actions = _fault_types(doc, fault_type_of)
+    wanted = {normalize_text(f) for f in approval.fault_types}
+    risky = sorted(k for k in kinds if k in wanted)
+    if risky:
+        return f"injects {', '.join(risky)}"
+    globs = [g.casefold() for g in approval.actions]
+    listed = sorted(a for a in actions if any(fnmatch.fnmatchcase(a.casefold(), g) for g in globs))
+    return f"uses {', '.join(listed)}" if listed else ""

@@ -85,21 +85,37 @@ def _apply(journal: Journal, event: dict[str, Any]) -> None:
 
 
 def rebuild_journal(events_path: Path) -> Journal | None:
-    """The journal as far as the events file goes (a torn last line is ignored)."""
+    """The journal as far as the events file goes (a torn last line is ignored).
+
+    `runs list`, `abort` and every run's start read these logs, and any process of the same user can write
+    one: a log that is not what Faultplane writes (too large a line, too deep, not UTF-8, not an event, a
+    journal that does not validate) is no run, never a traceback."""
+    from faultplane.core.hostile import MAX_BYTES, HostileInput, parse_guarded
+
     journal: Journal | None = None
     try:
-        lines = events_path.read_text(encoding="utf-8").splitlines()
+        # streamed: a log may be long, but no single event is larger than a document may be
+        with events_path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if len(line) > MAX_BYTES:
+                    return None
+                try:
+                    event = parse_guarded(json.loads, line, "events log line")
+                except (json.JSONDecodeError, HostileInput):
+                    continue
+                if not isinstance(event, dict):
+                    return None
+                try:
+                    if event.get("event") == "start":
+                        journal = Journal.model_validate(event["journal"])
+                    elif journal is not None:
+                        _apply(journal, event)
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    return None
     except FileNotFoundError:
         return None
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if event.get("event") == "start":
-            journal = Journal.model_validate(event["journal"])
-        elif journal is not None:
-            _apply(journal, event)
+    except OSError:
+        return None
     return journal
 
 

@@ -417,7 +417,13 @@ class _Runner:
         if not self.dry_run and self.policy is not None:
             from faultplane.engine.choke import refusal
 
-            refused = refusal(self._activity_dict(activity), self.policy, self.p.secret_values)
+            refused = refusal(
+                self._activity_dict(activity),
+                self.policy,
+                self.p.secret_values,
+                approved=getattr(self.policy_decision, "approved_by", None) is not None,
+                fault_type_of=_fault_type_of,
+            )
         if self.dry_run:
             status = "skipped"
         elif refused is not None:

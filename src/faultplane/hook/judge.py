@@ -275,11 +275,23 @@ class Judge:
     def scan_values(self, values: Mapping[str, Any], label: str) -> None:
         from faultplane.hook.names import production_finding
 
-        found = production_finding(values, self.policy())
+        policy = self.policy()
+        found = production_finding(values, policy)
         if found:
             raise Refuse(
                 f"Faultplane policy refuses {label}: {found}. Instead: point it at a staging or local target."
             )
+        if policy.inventory is not None:
+            # the lab's declared targets, as the engine and the MCP server apply them: anything else is refused
+            from faultplane.core.inventory import undeclared
+
+            missing = undeclared(dict(values), policy.inventory)
+            if missing:
+                v = missing[0]
+                raise Refuse(
+                    f"Faultplane policy refuses {label}: [{v.rule}] {v.message} (the policy's target inventory "
+                    f"lists the lab; {policy.source}). Instead: {v.fix}."
+                )
 
     # -- MCP tool calls
 
@@ -787,7 +799,38 @@ class Judge:
             current = _current_kube_context(cmd.env)
             if current:
                 values["context"] = current  # no --context: the fault lands on the current context
+        if head in ("kubectl", "oc", "kubecolor", "helm"):
+            self.kube_namespace(head, expanded, values)
         self.scan_values(values, f"`{head}` (a fault tool)")
+
+    def kube_namespace(self, head: str, args: list[str], values: dict[str, Any]) -> None:
+        """With declared namespaces, a mutating kube command must name a declared one: without `-n` it acts
+        on whatever namespace the kubeconfig's context sets (which the agent can change), with `-A` on all."""
+        inventory = self.policy().inventory
+        if inventory is None or inventory.kube_namespaces is None:
+            return
+        if any(a in ("-A", "--all-namespaces") for a in args):
+            raise Refuse(
+                f"Faultplane policy refuses `{head}` across all namespaces (-A): the policy's target inventory "
+                f"declares only {', '.join(inventory.kube_namespaces)}. Instead: name one with -n."
+            )
+        words = _kube_words(args)
+        verb = words[0] if words else None
+        kind = words[1] if len(words) > 1 else ""
+        if head != "helm" and kind in ("namespace", "namespaces", "ns"):
+            values["namespaces_named"] = [f"-n {w}" for w in words[2:]]  # `delete ns X`: X is the target
+            return
+        node_scoped = (
+            verb in ("cordon", "uncordon", "drain", "taint", "config")
+            or kind in ("node", "nodes", "no")
+            or any(w.startswith(("node/", "nodes/")) for w in words)
+        )
+        if "namespace" not in values and not node_scoped:
+            raise Refuse(
+                f"Faultplane policy refuses `{head} {verb or ''}` without a namespace: the policy's target "
+                "inventory declares the lab's namespaces, and without -n the command acts on the namespace "
+                f"the kubeconfig sets. Instead: add `-n NAMESPACE` with one of {', '.join(inventory.kube_namespaces)}."
+            )
 
     def need_cwd(self, cmd: Command, paths: Iterable[str]) -> Path:
         if cmd.cwd is None and any(not Path(os.path.expanduser(p)).is_absolute() for p in paths):
@@ -854,6 +897,20 @@ def _option_value(args: list[str], names: tuple[str, ...]) -> str | None:
             if not n.startswith("--") and a.startswith(n) and len(a) > len(n):
                 return a[len(n) :]
     return None
+
+
+def _kube_words(args: list[str]) -> list[str]:
+    """The positional words of a kube command (verb, kind, names), skipping global flags and their values."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-"):
+            i += 2 if a in _KUBE_GLOBAL_VALUE else 1
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def _kube_verb(args: list[str]) -> str | None:

@@ -288,11 +288,14 @@ def load_plan(source: str | Path | Mapping[str, Any] | None) -> FaultPlan:
     if not path.is_file():
         raise PlanError(f"plan file {str(path)!r} does not exist")
     fmt = path.suffix.lstrip(".").lower() or "yaml"
-    text = path.read_text(encoding="utf-8")
+    from faultplane.core.hostile import HostileInput, parse_guarded, read_text_limited
+
+    what = f"plan file {str(path)!r}"
     try:
-        data = _decode(text, fmt)
-    except PlanError:
-        raise
+        # size, encoding, nesting and alias expansion first: a plan file may come from anyone
+        data = parse_guarded(lambda t: _decode(t, fmt), read_text_limited(path, "plan file"), what)
+    except (PlanError, HostileInput) as exc:
+        raise PlanError(str(exc)) from None
     except Exception as exc:
-        raise PlanError(f"plan file {str(path)!r} is not valid {fmt.upper()}: {exc}") from None
+        raise PlanError(f"{what} is not valid {fmt.upper()}: {' '.join(str(exc).split())}") from None
     return parse_plan(data)

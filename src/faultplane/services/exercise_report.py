@@ -34,6 +34,15 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _sha_file(path: Path) -> str:
+    """Streamed: a planted multi-gigabyte file is hashed, not loaded."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _canonical(manifest: dict[str, Any]) -> bytes:
     body = {k: v for k, v in manifest.items() if k != "signature"}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -195,20 +204,30 @@ def verify_report(folder: str | Path, trusted_keys: list[str] | None = None) -> 
 
     root = Path(folder)
     v = Verification()
+    from faultplane.core.hostile import HostileInput, load_json_file
+
     try:
-        manifest = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+        manifest = load_json_file(root / "manifest.json", "manifest")
     except FileNotFoundError:
         raise ReportError(
             f"{root}: no manifest.json; fix: the folder `faultplane report exercise` wrote"
         ) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        v.problems.append(f"manifest.json: not JSON ({exc})")
+    except HostileInput as exc:  # beyond the document limits: not a manifest this tool wrote
+        raise ReportError(str(exc)) from None
+    except (ValueError, OSError) as exc:
+        v.problems.append(f"manifest.json: not JSON ({' '.join(str(exc).split())})")
         return v
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         v.problems.append(f"manifest.json: not a {FORMAT} manifest")
         return v
     listed = {"manifest.json"}
-    for entry in [manifest.get("report") or {}, *(manifest.get("journals") or [])]:
+    entries = [manifest.get("report") or {}, *(manifest.get("journals") or [])]
+    if not isinstance(manifest.get("journals") or [], list) or not all(isinstance(e, dict) for e in entries):
+        v.problems.append(
+            "manifest.json: `report` and `journals` entries must be objects with file and sha256"
+        )
+        return v
+    for entry in entries:
         name = str(entry.get("file", ""))
         listed.add(name)
         path = (root / name).resolve()
@@ -216,7 +235,7 @@ def verify_report(folder: str | Path, trusted_keys: list[str] | None = None) -> 
             v.problems.append(f"manifest.json: {name!r} points outside the report folder")
             continue
         try:
-            actual = _sha(path.read_bytes())
+            actual = _sha_file(path)
         except OSError:
             v.problems.append(f"{name}: missing")
             continue

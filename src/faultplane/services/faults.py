@@ -211,7 +211,15 @@ def manage_fault(
         if action in ("register", "inject"):
             policy = _judge_registration(fault_name, target, error_message)
             _require_approval(
-                policy, reg, fault_name, action, fault_type, probability, duration_seconds, approval_token
+                policy,
+                reg,
+                fault_name,
+                action,
+                fault_type,
+                probability,
+                duration_seconds,
+                approval_token,
+                target if isinstance(target, str) else None,
             )
         result = _apply(
             reg, fault_name, action, fault_type, probability, duration_seconds, error_message, target, seed
@@ -254,16 +262,25 @@ def fault_approval_hash(spec: Mapping[str, Any]) -> str:
 
 
 def approval_spec(
-    fault_name: str, action: str, fault_type: str, probability: Any, duration_seconds: Any
+    fault_name: str,
+    action: str,
+    fault_type: str,
+    probability: Any,
+    duration_seconds: Any,
+    target: str | None = None,
 ) -> dict[str, Any]:
-    """The registration an approval is bound to; the MCP server asks the person about this same dict."""
-    return {
+    """The registration an approval is bound to; the MCP server asks the person about this same dict. A
+    target, when the call names one, is bound too: an approval for one target covers no other."""
+    spec = {
         "fault_name": fault_name,
         "action": action,
         "fault_type": fault_type,
         "probability": probability,
         "duration_seconds": duration_seconds,
     }
+    if target is not None:
+        spec["target"] = target
+    return spec
 
 
 def _require_approval(
@@ -275,6 +292,7 @@ def _require_approval(
     probability: Any,
     duration_seconds: Any,
     approval_token: str | None,
+    target: str | None = None,
 ) -> None:
     """Refuse to register or arm an approval-class fault (by its type, whatever surface calls) unless a
     person approved exactly this call. `inject` without a type arms the registered fault: its type counts."""
@@ -290,7 +308,9 @@ def _require_approval(
     reserved = {normalize_text(f) for f in policy.approval.fault_types}
     if normalize_text(kind) not in reserved:
         return
-    ahash = fault_approval_hash(approval_spec(fault_name, action, kind, probability, duration_seconds))
+    ahash = fault_approval_hash(
+        approval_spec(fault_name, action, kind, probability, duration_seconds, target)
+    )
     trusted = policy.approval.trusted_keys
     why = ""
     if approval_token:
