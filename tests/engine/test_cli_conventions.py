@@ -231,3 +231,25 @@ def test_abort_stops_only_the_one_running_experiment_a_prefix_names(
 def test_abort_of_a_run_that_is_not_running_is_exit_1(tmp_path: Path) -> None:
     out = _fp(tmp_path, "abort", "0123abcd")
     assert out.returncode == 1 and "no running experiment" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_every_command_that_shows_progress_takes_quiet() -> None:
+    by_path = {path: cmd for path, cmd, _ in _commands()}
+    for path in ("run", "gameday run", "search"):
+        opts = {o for p in by_path[path].params for o in p.opts}
+        assert {"-q", "--quiet"} <= opts, path
+
+
+def test_gameday_run_quiet_prints_the_result_without_progress(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path)
+    gameday = tmp_path / "gd.yaml"
+    gameday.write_text(
+        f"name: tiny\ndescription: d\nlanes:\n  - name: only\n    mode: ordered\n"
+        f"    experiments:\n      - {{experiment: {exp}}}\n"
+    )
+    loud = _fp(tmp_path, "gameday", "run", str(gameday))
+    quiet = _fp(tmp_path, "gameday", "run", str(gameday), "-q")
+    assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
+    progress = "only[0] exp.json: completed"
+    assert progress in loud.stdout.splitlines()[0]
+    assert progress not in quiet.stdout and "passed 1/1" in quiet.stdout

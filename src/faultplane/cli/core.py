@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, chosen
 from faultplane.cli.progress import JsonlEvents, RunProgress, print_summary
 from faultplane.cli.term import Console, Table, timestamp
 
@@ -222,7 +222,7 @@ def run(
     ] = None,
     fmt: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
     as_json: JsonOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress, only the result")] = False,
+    quiet: QuietOpt = False,
     events: Annotated[
         EventsFormat | None,
         typer.Option("--events", help="stream every event on stdout, one JSON object per line, for tools"),
