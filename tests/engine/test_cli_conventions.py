@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import typer.main
 from typer.testing import CliRunner
 
@@ -211,3 +212,47 @@ def test_report_verify_answers_json(tmp_path: Path) -> None:
     assert text.exit_code == 1 and "✗ manifest.json" in text.stdout
     missing = runner.invoke(app, ["report", "verify", str(tmp_path / "none"), "--json"])
     assert missing.exit_code == 2 and "no manifest.json" in missing.output
+
+
+def test_abort_stops_only_the_one_running_experiment_a_prefix_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from faultplane.cli.core import running_match
+
+    running = {"3a10c2d4e5f60718", "3b20c2d4e5f60718", "4c30c2d4e5f60718"}
+    assert running_match("3a", running) == "3a10c2d4e5f60718"
+    with pytest.raises(typer.Exit) as several:
+        running_match("3", running)
+    assert several.value.exit_code == 2
+    err = capsys.readouterr().err
+    assert "ambiguous" in err and "3a10c2d4e5f60718" in err and "3b20c2d4e5f60718" in err
+    with pytest.raises(typer.Exit) as none:
+        running_match("9", running)
+    assert none.value.exit_code == 1
+
+
+def test_abort_of_a_run_that_is_not_running_is_exit_1(tmp_path: Path) -> None:
+    out = _fp(tmp_path, "abort", "0123abcd")
+    assert out.returncode == 1 and "no running experiment" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_every_command_that_shows_progress_takes_quiet() -> None:
+    by_path = {path: cmd for path, cmd, _ in _commands()}
+    for path in ("run", "gameday run", "search"):
+        opts = {o for p in by_path[path].params for o in p.opts}
+        assert {"-q", "--quiet"} <= opts, path
+
+
+def test_gameday_run_quiet_prints_the_result_without_progress(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path)
+    gameday = tmp_path / "gd.yaml"
+    gameday.write_text(
+        f"name: tiny\ndescription: d\nlanes:\n  - name: only\n    mode: ordered\n"
+        f"    experiments:\n      - {{experiment: {exp}}}\n"
+    )
+    loud = _fp(tmp_path, "gameday", "run", str(gameday))
+    quiet = _fp(tmp_path, "gameday", "run", str(gameday), "-q")
+    assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
+    progress = "only[0] exp.json: completed"
+    assert progress in loud.stdout.splitlines()[0]
+    assert progress not in quiet.stdout and "passed 1/1" in quiet.stdout

@@ -118,3 +118,24 @@ def test_runs_list_at_80_columns_shows_whole_run_ids(tmp_path: Path) -> None:
         timeout=60,
     )
     assert shown.returncode == 0 and all(len(line) <= 80 for line in shown.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("argv", "whole"),
+    [
+        (["drivers", "list"], "netproxy"),
+        (["experiments", "list"], "demo-latency"),
+        (["gameday", "templates"], "DORA"),
+        (["compliance", "requirements"], "SOC2-A1.3"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_every_listing_fits_80_columns_without_cutting_a_word(argv: list[str], whole: str) -> None:
+    env = {**os.environ, "COLUMNS": "80"}
+    out = subprocess.run(
+        [sys.executable, "-m", "faultplane", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines and max(map(len, lines)) <= 80
+    assert "…" not in out.stdout and whole in out.stdout  # wrapped or folded, never cut short

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, chosen
 from faultplane.cli.progress import JsonlEvents, RunProgress, print_summary
 from faultplane.cli.term import Console, Table, timestamp
 
@@ -251,7 +251,7 @@ def run(
     ] = None,
     fmt: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
     as_json: JsonOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress, only the result")] = False,
+    quiet: QuietOpt = False,
     events: Annotated[
         EventsFormat | None,
         typer.Option("--events", help="stream every event on stdout, one JSON object per line, for tools"),
@@ -502,7 +502,9 @@ def abort(
     all_: Annotated[bool, typer.Option("--all", help="kill switch: every run, every active fault")] = False,
     store: StoreOpt = None,
 ) -> None:
-    """Stop running experiments (they roll back) and, with --all, revert every active fault."""
+    """Stop running experiments (they roll back) and, with --all, revert every active fault.
+
+    Exit 0 stopped, 1 no running experiment has that id, 2 the id prefix names several of them."""
     from faultplane.services.kill_switch import kill_all
     from faultplane.services.runs import abort_runs
 
@@ -515,8 +517,36 @@ def abort(
         for line in report:
             console.print(line)
         return
-    stopped = abort_runs(run_id, st)
+    from faultplane.engine.journal import live_runs
+    from faultplane.engine.lifecycle import active_runs
+
+    assert run_id is not None
+    running = {*active_runs(), *(j.run_id for j in live_runs())}
+    target = running_match(run_id, running)
+    stopped = abort_runs(target, st)
     console.print(f"stopped: {', '.join(stopped) if stopped else 'no running experiment matched'}")
+    if not stopped:
+        raise typer.Exit(1)
+
+
+def running_match(prefix: str, running: set[str]) -> str:
+    """The one running experiment a run-id prefix names; a prefix naming several, or none, stops nothing
+    (an abort of "3" must not stop every run whose id starts with 3)."""
+    matches = sorted(r for r in running if r.startswith(prefix))
+    if len(matches) > 1:
+        err_console.print(
+            f"run id {prefix!r} is ambiguous: it starts {len(matches)} running experiments "
+            f"({', '.join(matches)}); fix: give more characters of the run id",
+            highlight=False,
+        )
+        raise typer.Exit(2)
+    if not matches:
+        err_console.print(
+            f"no running experiment has a run id starting {prefix!r}; `faultplane runs list` shows the runs",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    return matches[0]
 
 
 def demo(

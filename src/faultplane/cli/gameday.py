@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, chosen
 from faultplane.cli.term import Console, Table, timestamp
 from faultplane.core.errors import ExperimentError
 
@@ -124,6 +124,7 @@ def run(
     store: StoreOpt = None,
     output: OutputOpt = "text",
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run every lane of a GameDay; exit 0 when every planned run passed, 1 otherwise, 2 on bad input.
 
@@ -135,7 +136,7 @@ def run(
     if not file.is_file():
         err_console.print(f"[red]file: {file} does not exist[/]; fix: pass a GameDay YAML file")
         raise typer.Exit(2)
-    quiet = output != "text"
+    quiet = quiet or output != "text"
 
     def progress(r: Any) -> None:
         if not quiet:

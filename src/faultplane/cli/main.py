@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
+from typing import Any, get_args
 
 if sys.argv[1:] == [
     "guard",
@@ -46,8 +46,16 @@ def load_module_commands(module: str) -> dict[str, Any]:
 
 
 def _plain_help(cmd: Any) -> None:
-    """One help style for every command: the root's plain one (see `app` below)."""
+    """One help style for every command: the root's plain one (see `app` below), and a repeatable option's
+    value shown as one value (`--var <str>`, not `--var <list[str]>`): it is given once per occurrence."""
     cmd.rich_markup_mode = None
+    for param in getattr(cmd, "params", []):
+        desc = getattr(param, "type_descriptor", None)
+        if param.metavar is None and desc is not None and desc.is_list and not desc.is_choice:
+            inner = get_args(desc.annotation)
+            name = getattr(inner[0], "__name__", "") if inner else ""
+            if name:
+                param.metavar = f"<{name.lower()}>"
     for sub in getattr(cmd, "commands", {}).values():
         _plain_help(sub)
 

@@ -19,6 +19,7 @@ from typer.core import TyperCommand, TyperGroup
 # (exit 2 naming the option and the allowed values) and shows in --help as <text|json|...>.
 FormatOpt = typer.Option("--format", "-f", help="what to print")
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for programs (= --format json)")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress, only the result")]
 
 
 F = TypeVar("F", bound=str)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from faultplane.cli.gameday import emit, err_console, print_issues, variables
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, chosen
 from faultplane.cli.term import Console, Table
 from faultplane.core.errors import ExperimentError
 
@@ -43,6 +43,7 @@ def search(
     ] = None,
     output: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Search fault parameters for the combination that takes an SLO just past its bound.
 
@@ -55,7 +56,7 @@ def search(
     from faultplane.core.store import open_store
     from faultplane.services.search import load_search_spec, run_search, with_overrides
 
-    quiet = output != "text"
+    quiet = quiet or output != "text"
 
     def progress(t: Any) -> None:
         if not quiet:

@@ -12,12 +12,11 @@ import asyncio
 import os
 from typing import Any
 
-import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
-from faultplane.drivers.leases import leased_revert, revert_now, revert_recipe, withdraw
+from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe, withdraw
 from faultplane.drivers.netproxy.control import ProxyManager
 from faultplane.drivers.netproxy.proxy import Route, parse_hostport
 from faultplane.drivers.netproxy.toxics import (
@@ -230,11 +229,7 @@ async def _add_toxic(
         entry = ctx.on_revert(_remove, label=label)
         await r.add_toxic(toxic)
         out = toxic.model_dump()
-    if duration:
-        try:
-            await anyio.sleep(duration)
-        finally:
-            await revert_now(ctx, entry)
+    if await hold_then_revert(ctx, entry, duration):  # the run's live view counts the hold down
         out = {**out, "removed_after_s": duration}
     return out
 
