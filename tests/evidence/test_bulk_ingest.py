@@ -130,3 +130,20 @@ def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store)
     with pytest.raises(ev.EvidenceError, match="does not exist"):
         ingest_ndjson(store, [tmp_path / "nope.ndjson"])
     assert store.query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(j=journal(0))
+def test_bulk_ingest_puts_the_storage_setting_back(j: dict[str, Any], tmp_path: Path) -> None:
+    """The ingest's COMMIT stores bodies with ZSTD through a database-wide setting; it is reset afterwards, so the
+    store's other writes keep DuckDB's own choice."""
+    store = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
+    good = tmp_path / "good.ndjson"
+    good.write_text(json.dumps(j) + "\n", encoding="utf-8")
+    with store.batch():  # one connection throughout: a setting left behind would still be there
+        with store.connect() as con:
+            before = con.execute("SELECT current_setting('force_compression')").fetchone()[0]
+        assert ingest_ndjson(store, [good]) == 1
+        with store.connect() as con:
+            assert con.execute("SELECT current_setting('force_compression')").fetchone()[0] == before
+    assert store.query("SELECT count(*) AS n FROM journals")[0]["n"] == 1

@@ -383,19 +383,32 @@ def _at_exit() -> None:
 
 
 def _refused(collector: str) -> str | None:
-    """Why a collector cannot be reached at all (nothing listens, no such host), or None when it takes a connection
-    or does not answer within 20 ms (it may be far away: that is the detached sender's to find out)."""
+    """Why a collector given by IP address (or localhost) cannot be reached at all (nothing listens there), or None
+    when it takes a connection, does not answer within 20 ms or is a host name (it may be far away, or its name slow
+    to resolve: that is the detached sender's to find out)."""
+    import ipaddress
     import socket
 
     parts = urlsplit(collector)
     port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname or "localhost"
+    # localhost may be either loopback: refused only when both refuse
+    hosts = ["127.0.0.1", "::1"] if host == "localhost" else [host]
     try:
-        with socket.create_connection((parts.hostname or "localhost", port), timeout=0.02):
+        for h in hosts:
+            ipaddress.ip_address(h)
+    except ValueError:
+        return None  # a name: resolving it is not bounded by the timeout, so the detached sender finds out
+    reason = None
+    for h in hosts:
+        try:
+            with socket.create_connection((h, port), timeout=0.02):
+                return None
+        except TimeoutError:
             return None
-    except TimeoutError:
-        return None
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc.strerror or exc}"
+        except OSError as exc:
+            reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+    return reason
 
 
 def _hand_off(s: _Sender, batches: list[_Batch]) -> None:

@@ -236,6 +236,17 @@ FROM m
 """
 
 
+def _try(con: Any, statement: str) -> bool:
+    """Run a storage setting; False where this DuckDB lacks it (the ingest is the same without it)."""
+    import duckdb
+
+    try:
+        con.execute(statement)
+    except duckdb.Error:
+        return False
+    return True
+
+
 def ingest_ndjson(
     store: Any, files: Sequence[str | os.PathLike[str]], *, max_object_bytes: int = 64 * 1024 * 1024
 ) -> int:
@@ -269,18 +280,28 @@ def ingest_ndjson(
                 )
             con.execute(_DEDUPE)
             n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
-            con.execute("BEGIN")
+            # The COMMIT checkpoints the new rows, and journal bodies are most of them: ZSTD there took ~0.8 of
+            # ~2.9 CPU-s off 20k journals and stored them in ~12 MB instead of ~43 MB (DICT_FSST). The setting is
+            # the database's, so it is put back right after; numeric columns keep their own encodings.
+            zstd = _try(con, "SET force_compression = 'zstd'")
             try:
-                for table in ("runs", "activities", "journals", "run_metrics"):
-                    con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT fp_str(run_id) FROM _fp_src)")
-                con.execute(_RUNS)
-                con.execute(_ACTIVITIES)
-                con.execute(_JOURNALS)
-                con.execute(_METRICS, params)
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
+                con.execute("BEGIN")
+                try:
+                    for table in ("runs", "activities", "journals", "run_metrics"):
+                        con.execute(
+                            f"DELETE FROM {table} WHERE run_id IN (SELECT fp_str(run_id) FROM _fp_src)"
+                        )
+                    con.execute(_RUNS)
+                    con.execute(_ACTIVITIES)
+                    con.execute(_JOURNALS)
+                    con.execute(_METRICS, params)
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+            finally:
+                if zstd:
+                    _try(con, "RESET force_compression")
             return int(n)
         finally:
             con.execute("DROP VIEW IF EXISTS _fp_src")
