@@ -87,6 +87,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
 
 _FLAGS_WITH_VALUE = {
     "--control-file",
+    "--dry",
     "--var",
     "--var-file",
     "--rollback-strategy",
@@ -97,7 +98,7 @@ _FLAGS_WITH_VALUE = {
 
 def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
     """`chaos run`'s flags (`--var`, `--var-file`, `--rollback-strategy`, `--hypothesis-strategy`,
-    `--hypothesis-frequency`, `--fail-fast`) as (variables, runtime overrides). `--control-file` is read by
+    `--hypothesis-frequency`, `--fail-fast`, `--dry`) as (variables, runtime overrides). `--control-file` is read by
     `engine.controls.load_global_controls`, not here."""
     from faultplane.core.config import load_var_file, parse_var
 
@@ -120,7 +121,11 @@ def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
                 "--rollback-strategy": ("rollbacks", "strategy"),
                 "--hypothesis-strategy": ("hypothesis", "strategy"),
                 "--hypothesis-frequency": ("hypothesis", "frequency"),
+                "--dry": ("", "dry"),
             }[flag]
+            if not section:
+                runtime[key] = value
+                continue
             runtime.setdefault(section, {})[key] = float(value) if key == "frequency" else value
     return variables, runtime
 
