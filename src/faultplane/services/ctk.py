@@ -16,6 +16,7 @@ __all__ = [
     "cli_overrides",
     "render_differences",
     "render_table",
+    "settings_runtime",
     "to_ctk_journal",
 ]
 
@@ -145,6 +146,22 @@ def apply_runtime(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None) -
             runtime[key] = value
     doc["runtime"] = runtime
     return doc
+
+
+def settings_runtime(raw: Mapping[str, Any], global_controls: Any | None) -> Mapping[str, Any]:
+    """The rollback and hypothesis strategies of Chaos Toolkit's settings file (`runtime:`), as `chaos run`
+    takes them: only when the experiment has no `runtime` block of its own (one that has it uses its own
+    strategies or the defaults), and under the command line's flags."""
+    settings = getattr(global_controls, "settings", None)
+    block = settings.get("runtime") if isinstance(settings, dict) else None
+    if not isinstance(block, dict) or raw.get("runtime"):
+        return raw
+    picked: dict[str, Any] = {}
+    for section in ("rollbacks", "hypothesis"):
+        entry = block.get(section)
+        if isinstance(entry, dict) and entry.get("strategy"):
+            picked[section] = {"strategy": entry["strategy"]}
+    return {**raw, "runtime": picked} if picked else raw
 
 
 def render_differences() -> str:
