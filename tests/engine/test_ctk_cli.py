@@ -127,3 +127,24 @@ def test_var_file_secrets_replace_their_scope_and_stay_masked(tmp_path: Path) ->
     bad.write_text("secrets: [1, 2]\n")
     refused = _cli(tmp_path, "validate", str(exp), "--var-file", str(bad))
     assert refused.returncode == 2 and "secrets" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_dry_modes_from_the_command_line(tmp_path: Path) -> None:
+    exp = tmp_path / "e.yaml"
+    exp.write_text(EXPERIMENT.replace("configuration: {", "configuration: {expected: int, "))
+    marks = f"marks={tmp_path / 'marks'}"
+    journal = tmp_path / "j.json"
+    done = _cli(
+        tmp_path, "run", str(exp), "-o", "json", "--var", marks, "--journal", str(journal), "--dry", "actions",
+        "--rollback-strategy", "always",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tmp_path / "marks").exists()  # neither the action nor the rollback ran
+    written = json.loads(journal.read_text())
+    assert [(r["status"], r["output"]) for r in written["run"] + written["rollbacks"]] == [
+        ("succeeded", None),
+        ("succeeded", None),
+    ]
+    assert written["steady_states"]["before"]["probes"][0]["output"] == "int"  # probes still ran
+    wrong = _cli(tmp_path, "run", str(exp), "--dry", "everything")
+    assert wrong.returncode == 2 and "everything" in wrong.stderr and "Traceback" not in wrong.stderr

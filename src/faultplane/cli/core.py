@@ -86,6 +86,22 @@ CtkCompatOpt = Annotated[
         "--ctk-compat", help="Chaos Toolkit's outcomes where Faultplane differs (docs/chaostoolkit.md)"
     ),
 ]
+
+
+class DryMode(enum.StrEnum):
+    probes = "probes"
+    actions = "actions"
+    activities = "activities"
+    pause = "pause"
+
+
+DryOpt = Annotated[
+    DryMode | None,
+    typer.Option(
+        "--dry",
+        help="as `chaos run --dry`: probes, actions or activities succeed without running; pause skips pauses",
+    ),
+]
 SettingsOpt = Annotated[
     Path | None,
     typer.Option(
@@ -104,9 +120,10 @@ def _runtime(
     hypothesis: HypothesisStrategy | None,
     frequency: float | None,
     fail_fast: bool,
+    dry: DryMode | None = None,
 ) -> dict[str, Any]:
     """The strategy flags as an override of the experiment's `runtime` block (flags win, as in `chaos run`)."""
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"dry": dry.value} if dry is not None else {}
     if rollback is not None:
         out["rollbacks"] = {"strategy": rollback.value}
     hypo: dict[str, Any] = {}
@@ -263,6 +280,7 @@ def run(
     ctk_compat: CtkCompatOpt = False,
     settings: SettingsOpt = None,
     control_file: ControlFileOpt = None,
+    dry: DryOpt = None,
     journal_format: Annotated[
         JournalFormat, typer.Option("--journal-format", help="format of --journal: faultplane or ctk")
     ] = JournalFormat.faultplane,
@@ -291,7 +309,7 @@ def run(
     try:
         variables = _variables(var, var_file)
         options: dict[str, Any] = {
-            "runtime": _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
+            "runtime": _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast, dry),
             "ctk_compat": ctk_compat or None,
             "strict_variables": _var_names(var),
             "global_controls": _global_controls(settings, control_file),

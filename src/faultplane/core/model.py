@@ -157,6 +157,11 @@ class Runtime(_Strict):
         le=3600,
         description="the steady state must hold on every check for this long to count as recovered",
     )
+    dry: Literal["probes", "actions", "activities", "pause"] | None = Field(
+        None,
+        description="as `chaos run --dry`: these activities are recorded as succeeded without running "
+        "(probes/activities: tolerances are not checked), and their pauses are skipped; `pause` skips pauses only",
+    )
 
 
 class Target(_Strict):

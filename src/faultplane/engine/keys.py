@@ -22,7 +22,7 @@ __all__ = ["validate_lenient"]
 # what these keys mean to Chaos Toolkit, and what to write instead
 _KNOWN_ELSEWHERE = {
     "dry_run": "Chaos Toolkit ignores it too; pass `--dry-run` to `faultplane run`",
-    "dry": "set by `chaos run --dry`; pass `--dry-run` to `faultplane run`",
+    "dry": "set by `chaos run --dry` (Chaos Toolkit ignores it in the file); pass `--dry MODE` to `faultplane run`, or write `runtime: {dry: MODE}`",
     "timeout": "a provider's `timeout` is ignored for python providers; did you mean the activity's `timeout`?",
 }
 

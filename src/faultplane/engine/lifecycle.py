@@ -410,11 +410,15 @@ class _Runner:
         status: ActivityStatus = "succeeded"
         output: Any = None
         error: str | None = None
-        if activity.pauses and activity.pauses.before and not self.dry_run:
+        # `chaos run --dry`: such an activity "succeeds" without running, as chaoslib's execute_activity does
+        dry = self.exp.runtime.dry
+        is_dry = dry == "activities" or (dry is not None and dry == f"{activity.type}s")
+        pause = not (self.dry_run or is_dry or dry == "pause")
+        if activity.pauses and activity.pauses.before and pause:
             await anyio.sleep(activity.pauses.before)
         refused = None
         applied_before = self.ctx.applied
-        if not self.dry_run and self.policy is not None:
+        if not self.dry_run and not is_dry and self.policy is not None:
             from faultplane.engine.choke import refusal
 
             refused = refusal(
@@ -426,6 +430,8 @@ class _Runner:
             )
         if self.dry_run:
             status = "skipped"
+        elif is_dry:
+            pass
         elif refused is not None:
             status, error = "failed", refused
         else:
@@ -460,7 +466,7 @@ class _Runner:
         )
         if self.controls.enabled:
             self.controls.apply("activity", "after", run.activity, run.model_dump(mode="json"))
-        if activity.pauses and activity.pauses.after and not self.dry_run:
+        if activity.pauses and activity.pauses.after and pause:
             await anyio.sleep(activity.pauses.after)
         return run
 
@@ -529,6 +535,8 @@ class _Runner:
                 run.tolerance_met = None
             elif run.status != "succeeded":
                 run.tolerance_met = False
+            elif self.exp.runtime.dry in ("probes", "activities"):
+                run.tolerance_met = True  # chaoslib checks no tolerance in these dry modes
             else:
                 run.tolerance_met = await within_tolerance(
                     self.exp.resolve(item).tolerance,

@@ -16,6 +16,7 @@ __all__ = [
     "cli_overrides",
     "render_differences",
     "render_table",
+    "settings_runtime",
     "to_ctk_journal",
 ]
 
@@ -87,6 +88,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
 
 _FLAGS_WITH_VALUE = {
     "--control-file",
+    "--dry",
     "--var",
     "--var-file",
     "--rollback-strategy",
@@ -97,7 +99,7 @@ _FLAGS_WITH_VALUE = {
 
 def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
     """`chaos run`'s flags (`--var`, `--var-file`, `--rollback-strategy`, `--hypothesis-strategy`,
-    `--hypothesis-frequency`, `--fail-fast`) as (variables, runtime overrides). `--control-file` is read by
+    `--hypothesis-frequency`, `--fail-fast`, `--dry`) as (variables, runtime overrides). `--control-file` is read by
     `engine.controls.load_global_controls`, not here."""
     from faultplane.core.config import load_var_file, parse_var
 
@@ -120,7 +122,11 @@ def cli_overrides(args: Sequence[str]) -> tuple[Variables, dict[str, Any]]:
                 "--rollback-strategy": ("rollbacks", "strategy"),
                 "--hypothesis-strategy": ("hypothesis", "strategy"),
                 "--hypothesis-frequency": ("hypothesis", "frequency"),
+                "--dry": ("", "dry"),
             }[flag]
+            if not section:
+                runtime[key] = value
+                continue
             runtime.setdefault(section, {})[key] = float(value) if key == "frequency" else value
     return variables, runtime
 
@@ -140,6 +146,22 @@ def apply_runtime(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None) -
             runtime[key] = value
     doc["runtime"] = runtime
     return doc
+
+
+def settings_runtime(raw: Mapping[str, Any], global_controls: Any | None) -> Mapping[str, Any]:
+    """The rollback and hypothesis strategies of Chaos Toolkit's settings file (`runtime:`), as `chaos run`
+    takes them: only when the experiment has no `runtime` block of its own (one that has it uses its own
+    strategies or the defaults), and under the command line's flags."""
+    settings = getattr(global_controls, "settings", None)
+    block = settings.get("runtime") if isinstance(settings, dict) else None
+    if not isinstance(block, dict) or raw.get("runtime"):
+        return raw
+    picked: dict[str, Any] = {}
+    for section in ("rollbacks", "hypothesis"):
+        entry = block.get(section)
+        if isinstance(entry, dict) and entry.get("strategy"):
+            picked[section] = {"strategy": entry["strategy"]}
+    return {**raw, "runtime": picked} if picked else raw
 
 
 def render_differences() -> str:

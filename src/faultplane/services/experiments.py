@@ -182,10 +182,10 @@ def validate_experiment(
 ) -> ValidationReport:
     """Everything a run checks before it executes anything (structure, values, providers, drivers, controls,
     the policy's phase-0 verdict), without running anything; never raises on bad input."""
-    from faultplane.services.ctk import apply_runtime
+    from faultplane.services.ctk import apply_runtime, settings_runtime
 
     try:
-        raw = apply_runtime(_load(source), runtime)
+        raw = apply_runtime(settings_runtime(_load(source), global_controls), runtime)
         p = checked_plan(
             raw,
             variables,
@@ -246,11 +246,11 @@ async def run_experiment(
     `runtime` overrides the experiment's `runtime` block (the CLI's strategy flags); `ctk_compat` runs with
     Chaos Toolkit's outcomes (docs/chaostoolkit.md)."""
     from faultplane.core.policy_layers import also_from
-    from faultplane.services.ctk import apply_runtime
+    from faultplane.services.ctk import apply_runtime, settings_runtime
 
     with also_from(source):  # the experiment's own project policy holds wherever it is run from
         j = await execute(
-            apply_runtime(_load(source), runtime),
+            apply_runtime(settings_runtime(_load(source), global_controls), runtime),
             variables=variables,
             dry_run=dry_run,
             store=store if store is not None else open_store(),
