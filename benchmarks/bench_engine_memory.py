@@ -78,7 +78,7 @@ def main() -> int:
                     FAULTPLANE_POLICY=str(policy),
                 )
                 exp = str(t / f"exp{n}.json")
-                fp = [faultplane, "run", exp, "-q", "-o", "json"]
+                fp = [faultplane, "run", exp, "-q", "--format", "json"]
                 ctk = [chaos, "--no-version-check", "--log-file", str(run_dir / "chaos.log"), "run"]
                 ctk += ["--journal-path", str(run_dir / "journal.json"), exp]
                 cells.setdefault(("fp", n), []).append(peak_rss_mib(fp, env, str(run_dir)))
