@@ -62,7 +62,9 @@ def main() -> int:
     cells: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        policy = t / "policy.yaml"
+        # A project policy above every run directory: $FAULTPLANE_POLICY alone can only tighten the strict
+        # default, which wants SLO gates these probes do not declare.
+        policy = t / "faultplane.policy.yaml"
         policy.write_text("gates: {required: false}\n")
         for n in SIZES:
             (t / f"exp{n}.json").write_text(json.dumps(experiment(n)))
@@ -78,7 +80,7 @@ def main() -> int:
                     FAULTPLANE_POLICY=str(policy),
                 )
                 exp = str(t / f"exp{n}.json")
-                fp = [faultplane, "run", exp, "-q", "-o", "json"]
+                fp = [faultplane, "run", exp, "-q", "--format", "json"]
                 ctk = [chaos, "--no-version-check", "--log-file", str(run_dir / "chaos.log"), "run"]
                 ctk += ["--journal-path", str(run_dir / "journal.json"), exp]
                 cells.setdefault(("fp", n), []).append(peak_rss_mib(fp, env, str(run_dir)))

@@ -140,7 +140,7 @@ def main() -> int:
             str(t / "ctk.log"),
         ]
         ctk_quiet = [sys.executable, "-c", CTK_ENGINE, str(exp), str(t / "ctk-journal.json"), "-"]
-        fp_cli = [faultplane or "faultplane", "run", str(exp), "-q", "-o", "json"]
+        fp_cli = [faultplane or "faultplane", "run", str(exp), "-q", "--format", "json"]
         ctk_cli = [chaos, "--no-version-check", "--log-file", str(t / "chaos.log"), "run"]
         ctk_cli += ["--journal-path", str(t / "journal.json"), str(exp)]
         cells = ("fp_engine", "fp_store", "ctk_engine", "ctk_quiet", "fp_cli", "ctk_cli")

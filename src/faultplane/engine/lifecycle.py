@@ -16,10 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
+# What every run reaches (the policy's choke point, preflight, controls, effects and exposure, the signal
+# watcher of handle_signals) is loaded with the engine, not lazily inside the first run: imported there, it
+# was the largest fixed cost of a run (most of its wall time for a short experiment), paid while the run's
+# clock ticks and its probes wait. Commands that never run an experiment do not import this module.
+import anyio._core._signals
 import anyio.abc
 
 import faultplane
+import faultplane.core.effects
+import faultplane.core.exposure
+import faultplane.core.hostile
 import faultplane.core.policy  # every run is checked against the policy: loaded with the engine
+import faultplane.core.policy_layers
+import faultplane.engine.choke
+import faultplane.engine.controls
+import faultplane.engine.keys
+import faultplane.engine.preflight
+import faultplane.services.ctk
 from faultplane.core.config import mask_secrets, resolve
 from faultplane.core.formats import ExperimentError, ValidationIssue
 from faultplane.core.model import Activity, ActivityRun, ActivityStatus, Experiment, Journal, MethodItem

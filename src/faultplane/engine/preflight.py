@@ -48,6 +48,7 @@ def _declared(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 _SIGNATURES: dict[Any, inspect.Signature | None] = {}
+_BINDS: dict[tuple[Any, frozenset[str]], bool] = {}
 
 
 def _signature(func: Any) -> inspect.Signature | None:
@@ -100,11 +101,23 @@ def _python(
     for injected in ("configuration", "secrets"):
         if injected in sig.parameters:
             args.setdefault(injected, None)
+    # Binding keywords depends on their names only, not their values: a method of 200 probes of one function
+    # with the same argument names binds once.
+    key = (func, frozenset(args))
     try:
-        sig.bind(**args)
-    except TypeError:
-        pass
-    else:
+        fits = _BINDS[key]
+    except (KeyError, TypeError):  # TypeError: an unhashable callable
+        try:
+            sig.bind(**args)
+            fits = True
+        except TypeError:
+            fits = False
+        try:
+            if len(_BINDS) < 4096:
+                _BINDS[key] = fits
+        except TypeError:
+            pass
+    if fits:
         return []
     params = sig.parameters
     takes_any = any(v.kind is inspect.Parameter.VAR_KEYWORD for v in params.values())
