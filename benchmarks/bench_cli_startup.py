@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab_policy import lab_config_home
+
 REPEATS = 15
 TARGET_S = 0.10
 TARGET_RUN_RATIO = 1.0
@@ -58,14 +60,12 @@ def main() -> int:
         t = Path(tmp)
         exp = t / "exp.json"
         exp.write_text(json.dumps(EXPERIMENT))
-        policy = t / "policy.yaml"
-        policy.write_text("gates: {required: false}\n")
         env = dict(
             os.environ,
             FAULTPLANE_STORE=str(t / "store.duckdb"),
             XDG_DATA_HOME=tmp,
             XDG_STATE_HOME=tmp,
-            FAULTPLANE_POLICY=str(policy),
+            XDG_CONFIG_HOME=lab_config_home(t),
         )
         cells: dict[str, list[str]] = {
             "python -c pass": [sys.executable, "-c", "pass"],

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lab_policy import lab_config_home
+
 SIZES = (10, 1000)
 REPEATS = 3
 TARGET = 1.5
@@ -62,10 +64,8 @@ def main() -> int:
     cells: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        # A project policy above every run directory: $FAULTPLANE_POLICY alone can only tighten the strict
-        # default, which wants SLO gates these probes do not declare.
-        policy = t / "faultplane.policy.yaml"
-        policy.write_text("gates: {required: false}\n")
+        # the strict default wants SLO gates these probes do not declare: a lab's user policy relaxes it
+        config_home = lab_config_home(t)
         for n in SIZES:
             (t / f"exp{n}.json").write_text(json.dumps(experiment(n)))
         for rep in range(REPEATS):  # interleaved: a burst of load on the machine hits both tools alike
@@ -77,7 +77,7 @@ def main() -> int:
                     XDG_DATA_HOME=str(run_dir),
                     XDG_STATE_HOME=str(run_dir),
                     FAULTPLANE_STORE=str(run_dir / "store.duckdb"),
-                    FAULTPLANE_POLICY=str(policy),
+                    XDG_CONFIG_HOME=config_home,
                 )
                 exp = str(t / f"exp{n}.json")
                 fp = [faultplane, "run", exp, "-q", "--format", "json"]

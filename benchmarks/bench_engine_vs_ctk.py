@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab_policy import lab_config_home
+
 PROBES = 200
 REPEATS = 11  # this VM's speed drifts up to 2x between identical runs: medians of many, interleaved
 TARGET = 0.3
@@ -114,14 +116,12 @@ def main() -> int:
         t = Path(tmp)
         exp = t / "exp.json"
         exp.write_text(json.dumps(experiment()))
-        policy = t / "faultplane.policy.yaml"
-        policy.write_text("gates: {required: false}\n")
         env = dict(
             os.environ,
             FAULTPLANE_STORE=str(t / "store.duckdb"),
             XDG_DATA_HOME=tmp,
             XDG_STATE_HOME=tmp,
-            FAULTPLANE_POLICY=str(policy),
+            XDG_CONFIG_HOME=lab_config_home(t),
         )
         fp_engine = [
             sys.executable,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from lab_policy import lab_config_home
 
 BARE = """
 import sys
@@ -69,15 +70,13 @@ def _free_port() -> int:
 
 def _env(root: Path) -> dict[str, str]:
     (root / "experiments").mkdir(parents=True, exist_ok=True)
-    (root / "policy.yaml").write_text("gates: {required: false}\n")
     return {
         **os.environ,
         "FAULTPLANE_STORE": str(root / "store.duckdb"),
         "FAULTPLANE_EXPERIMENTS": str(root / "experiments"),
-        "FAULTPLANE_POLICY": str(root / "policy.yaml"),
+        "XDG_CONFIG_HOME": lab_config_home(root),
         "XDG_STATE_HOME": str(root / "state"),
         "XDG_DATA_HOME": str(root / "data"),
-        "XDG_CONFIG_HOME": str(root / "config"),
     }
 
 

@@ -26,6 +26,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from lab_policy import lab_config_home
+
 REPEAT = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 
 
@@ -87,8 +89,6 @@ def main() -> int:
     wrapper = work / "wrapper.py"
     wrapper.write_text(_WRAPPER, encoding="utf-8")
     spent_file = work / "spent"
-    policy = work / "policy.yaml"
-    policy.write_text("gates: {required: false}\n", encoding="utf-8")
     probe = {
         "type": "probe",
         "name": "p",
@@ -116,7 +116,7 @@ def main() -> int:
     }
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     base.update(
-        FAULTPLANE_POLICY=str(policy),
+        XDG_CONFIG_HOME=lab_config_home(work),
         XDG_DATA_HOME=str(work / "data"),
         XDG_STATE_HOME=str(work / "state"),
         FAULTPLANE_STORE=str(work / "store.duckdb"),

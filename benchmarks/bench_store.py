@@ -38,6 +38,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from lab_policy import lab_config_home
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 EXPERIMENTS = 200
 SEED = 7
@@ -51,9 +53,7 @@ def real_templates(work: Path) -> list[dict[str, Any]]:
     from faultplane.services.experiments import run_experiment
     from faultplane.services.runs import load_journal
 
-    policy = work / "policy.yaml"
-    policy.write_text("gates: {required: false}\n", encoding="utf-8")
-    os.environ["FAULTPLANE_POLICY"] = str(policy)
+    os.environ["XDG_CONFIG_HOME"] = lab_config_home(work)
     os.environ["XDG_DATA_HOME"] = str(work / "xdg")
     os.environ["XDG_STATE_HOME"] = str(work / "xdg-state")
     store = Store(work / "templates.duckdb")
