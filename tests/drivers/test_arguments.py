@@ -139,7 +139,7 @@ def _lab_policy(tmp_path: Path) -> Path:
     return use_lab_policy("gates: {required: false}\n")
 
 
-def test_journal_after_sigkill_tells_what_the_watchdog_reverted(
+def test_journal_after_the_controller_dies_tells_what_the_watchdog_reverted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lease_env: dict[str, str]
 ) -> None:
     monkeypatch.delenv("FAULTPLANE_NO_WATCHDOG", raising=False)

@@ -150,13 +150,13 @@ def test_a_process_kill_is_refused_on_every_cli_surface_and_never_runs(
     project: Path, sleeper: Sleeper, name: str
 ) -> None:
     _write(project, _doc(name, sleeper))
-    res = runner.invoke(app, ["guard", "check", "exp.yaml", "-o", "json"])
+    res = runner.invoke(app, ["guard", "check", "exp.yaml", "--json"])
     assert res.exit_code == 3, res.output
-    verdict = json.loads(res.output)
+    verdict = json.loads(res.stdout)
     assert not verdict["allowed"] and any("process_kill" in r for r in verdict["approval_required"])
-    res = runner.invoke(app, ["validate", "exp.yaml", "-o", "json"])
+    res = runner.invoke(app, ["validate", "exp.yaml", "--json"])
     assert res.exit_code != 0 and "process_kill" in res.output, res.output
-    res = runner.invoke(app, ["run", "--dry-run", "exp.yaml", "-o", "json", "-q"])
+    res = runner.invoke(app, ["run", "--dry-run", "exp.yaml", "--json", "-q"])
     assert res.exit_code == 3 and "process_kill" in res.output, res.output
     res = runner.invoke(app, ["run", "exp.yaml", "-q"])
     assert res.exit_code == 3, res.output
