@@ -35,7 +35,7 @@ def _tagged_run(tmp_path: Path, tags: list[str]) -> str:
             }
         )
     )
-    out = _fp("run", str(exp), "-q", "-o", "json", tmp_path=tmp_path)
+    out = _fp("run", str(exp), "-q", "--format", "json", tmp_path=tmp_path)
     assert out.returncode == 0, out.stderr
     return str(json.loads(out.stdout)["run_id"])
 

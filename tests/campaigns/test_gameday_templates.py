@@ -90,7 +90,7 @@ def _gameday(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_gameday_new_copies_a_template_and_never_overwrites_without_force(tmp_path: Path) -> None:
-    listed = _gameday("templates", "-o", "json", cwd=tmp_path)
+    listed = _gameday("templates", "--format", "json", cwd=tmp_path)
     assert listed.returncode == 0 and all(n in listed.stdout for n in NAMES)
     made = _gameday("new", "--template", "healthcare", cwd=tmp_path)
     assert made.returncode == 0, made.stderr

@@ -83,7 +83,7 @@ def test_cli_gameday_run_analyze_and_compliance_report(
     r = invoke("gameday", "analyze", run["gameday_id"])
     assert r.exit_code == 0 and "grade" in r.output and run["gameday_id"] in r.output
     assert r.output.count("completed") == 4
-    r = invoke("gameday", "list", "-o", "toon")
+    r = invoke("gameday", "list", "--format", "toon")
     assert r.exit_code == 0 and run["gameday_id"] in r.output
     out = tmp_path / "coverage.html"
     r = invoke("compliance", "report", "--framework", "DORA", "--out", str(out))
@@ -109,7 +109,7 @@ def test_cli_search_exit_codes(demo_url: str, experiments_dir: Path, tmp_path: P
     path = experiments_dir / "_cli-search.yaml"
     path.write_text(yaml.safe_dump(spec))
     try:
-        r = invoke("search", str(path), "--var", f"service_url={demo_url}", "-o", "json")
+        r = invoke("search", str(path), "--var", f"service_url={demo_url}", "--format", "json")
         assert r.exit_code in (0, 1), r.output
         data = json.loads(r.stdout)
         assert len(data["trials"]) == 3

@@ -72,7 +72,7 @@ def _experiment(tmp_path: Path) -> Path:
 
 def test_dry_run_walks_the_plan_and_touches_nothing(tmp_path: Path) -> None:
     exp = _experiment(tmp_path)
-    r = cli("run", str(exp), "--dry-run", "-o", "json")
+    r = cli("run", str(exp), "--dry-run", "--format", "json")
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads(r.stdout)
     assert result["status"] == "completed" and result["steady_state_before"] is None
@@ -92,13 +92,15 @@ def test_dry_run_walks_the_plan_and_touches_nothing(tmp_path: Path) -> None:
 def test_var_file_kinds(tmp_path: Path, name: str, text: str) -> None:
     exp = _experiment(tmp_path)
     (tmp_path / name).write_text(text, encoding="utf-8")
-    r = cli("run", str(exp), "--var-file", str(tmp_path / name), "-o", "json")
+    r = cli("run", str(exp), "--var-file", str(tmp_path / name), "--format", "json")
     label = "from-" + name.split(".")[1]
     if name.endswith(".env"):
         # .env values are strings: "7" is not the probe's integer 7, and the run says so
         assert r.returncode == 1 and json.loads(r.stdout)["steady_state_before"] is False
         assert ctk_helpers.lines(str(tmp_path / "marker.txt")) == []
-        r = cli("run", str(exp), "--var-file", str(tmp_path / name), "--var", "expected=7", "-o", "json")
+        r = cli(
+            "run", str(exp), "--var-file", str(tmp_path / name), "--var", "expected=7", "--format", "json"
+        )
     assert r.returncode == 0, r.stdout + r.stderr
     assert ctk_helpers.lines(str(tmp_path / "marker.txt")) == [label]
     journal = json.loads(cli("journal", "show", json.loads(r.stdout)["run_id"], "-f", "json").stdout)
@@ -155,7 +157,7 @@ def test_schema_prints_the_json_schemas() -> None:
 
 def test_journal_show_table(tmp_path: Path) -> None:
     exp = _experiment(tmp_path)
-    r = cli("run", str(exp), "--var", "expected=7", "-o", "json")
+    r = cli("run", str(exp), "--var", "expected=7", "--format", "json")
     run_id = json.loads(r.stdout)["run_id"]
     table = cli("journal", "show", run_id)
     assert table.returncode == 0, table.stderr

@@ -42,7 +42,7 @@ def _run(tmp_path: Path, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     exp.write_text(yaml.safe_dump(doc))
     use_lab_policy("gates: {required: false}\n")
     out = subprocess.run(
-        [sys.executable, "-m", "faultplane", "run", str(exp), "-o", "json", "-q"],
+        [sys.executable, "-m", "faultplane", "run", str(exp), "--format", "json", "-q"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -177,7 +177,7 @@ def test_an_ambiguous_run_id_prefix_lists_the_matches(tmp_path: Any, monkeypatch
     runner = CliRunner()
     ids = []
     for _ in range(17):  # 17 ids of hex digits: two of them share a first character
-        result = runner.invoke(app, ["run", str(exp), "-q", "-o", "json"])
+        result = runner.invoke(app, ["run", str(exp), "-q", "--format", "json"])
         assert result.exit_code == 0, result.output
         ids.append(json.loads(result.stdout)["run_id"])
     first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) >= 2)

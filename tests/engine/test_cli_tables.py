@@ -94,7 +94,7 @@ def test_runs_list_at_80_columns_shows_whole_run_ids(tmp_path: Path) -> None:
     use_lab_policy("gates: {required: false}\n")
     env = {**os.environ, "COLUMNS": "80"}
     run = subprocess.run(
-        [sys.executable, "-m", "faultplane", "run", str(exp), "-q", "-o", "json"],
+        [sys.executable, "-m", "faultplane", "run", str(exp), "-q", "--format", "json"],
         capture_output=True,
         text=True,
         env=env,

@@ -48,11 +48,11 @@ def test_variables_types_and_unknown_names(tmp_path: Path) -> None:
     exp = tmp_path / "e.yaml"
     exp.write_text(EXPERIMENT.replace("configuration: {", "configuration: {expected: float, "))
     marks = f"marks={tmp_path / 'marks'}"
-    ok = _cli(tmp_path, "run", str(exp), "-o", "json", "--var", "level=1.5", "--var", marks)
+    ok = _cli(tmp_path, "run", str(exp), "--format", "json", "--var", "level=1.5", "--var", marks)
     assert ok.returncode == 0, ok.stdout + ok.stderr  # --var level=1.5 is a number
-    typed = _cli(tmp_path, "run", str(exp), "-o", "json", "--var", "level:float=2", "--var", marks)
+    typed = _cli(tmp_path, "run", str(exp), "--format", "json", "--var", "level:float=2", "--var", marks)
     assert typed.returncode == 0, typed.stdout + typed.stderr  # chaos run's name:type=value
-    as_text = _cli(tmp_path, "run", str(exp), "-o", "json", "--var", "level:str=1.5", "--var", marks)
+    as_text = _cli(tmp_path, "run", str(exp), "--format", "json", "--var", "level:str=1.5", "--var", marks)
     assert as_text.returncode == 1 and json.loads(as_text.stdout)["status"] == "failed"
     bad = _cli(tmp_path, "validate", str(exp), "--var", "levle=1")
     assert bad.returncode == 2 and "levle" in bad.stderr and "did you mean 'level'?" in bad.stderr
@@ -67,14 +67,14 @@ def test_var_files_and_strategy_flags(tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text(json.dumps({"configuration": {"level": 1, "expected": "int"}}))
     (tmp_path / "b.yaml").write_text(f"configuration:\n  marks: {tmp_path / 'marks'}\n")
     run = _cli(
-        tmp_path, "run", str(exp), "-o", "json", "--var-file", str(tmp_path / "a.json"),
+        tmp_path, "run", str(exp), "--format", "json", "--var-file", str(tmp_path / "a.json"),
         "--var-file", str(tmp_path / "b.yaml"), "--hypothesis-strategy", "continously",
         "--hypothesis-frequency", "0.05", "--fail-fast", "--rollback-strategy", "never",
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "marks").read_text().splitlines() == ["ran"]  # rollbacks: never
     always = _cli(
-        tmp_path, "run", str(exp), "-o", "json", "--var-file", str(tmp_path / "a.json"),
+        tmp_path, "run", str(exp), "--format", "json", "--var-file", str(tmp_path / "a.json"),
         "--var-file", str(tmp_path / "b.yaml"), "--rollback-strategy", "always", "--ctk-compat",
     )  # fmt: skip
     assert always.returncode == 0, always.stdout + always.stderr
@@ -94,7 +94,7 @@ def test_env_var_file_feeds_env_configuration(tmp_path: Path) -> None:
         "method: []\n"
     )
     (tmp_path / "vars.env").write_text("# comment\nFP_CTK_FROM_DOTENV='from-dotenv'\n")
-    done = _cli(tmp_path, "run", str(exp), "-o", "json", "--var-file", str(tmp_path / "vars.env"))
+    done = _cli(tmp_path, "run", str(exp), "--format", "json", "--var-file", str(tmp_path / "vars.env"))
     assert done.returncode == 0, done.stdout + done.stderr
     unset = _cli(tmp_path, "validate", str(exp))
     assert unset.returncode == 2 and "FP_CTK_FROM_DOTENV" in unset.stderr
@@ -118,7 +118,7 @@ def test_var_file_secrets_replace_their_scope_and_stay_masked(tmp_path: Path) ->
     (tmp_path / "late.yaml").write_text("secrets: {vault: {token: tok-from-file-42}, unknown: {x: 1}}\n")
     journal = tmp_path / "j.json"
     done = _cli(
-        tmp_path, "run", str(exp), "-o", "json", "--journal", str(journal),
+        tmp_path, "run", str(exp), "--format", "json", "--journal", str(journal),
         "--var-file", str(tmp_path / "early.yaml"), "--var-file", str(tmp_path / "late.yaml"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -135,7 +135,7 @@ def test_dry_modes_from_the_command_line(tmp_path: Path) -> None:
     marks = f"marks={tmp_path / 'marks'}"
     journal = tmp_path / "j.json"
     done = _cli(
-        tmp_path, "run", str(exp), "-o", "json", "--var", marks, "--journal", str(journal), "--dry", "actions",
+        tmp_path, "run", str(exp), "--format", "json", "--var", marks, "--journal", str(journal), "--dry", "actions",
         "--rollback-strategy", "always",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

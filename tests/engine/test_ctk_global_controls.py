@@ -74,7 +74,7 @@ def test_default_settings_file_and_control_files_on_the_cli(tmp_path: Path) -> N
     assert "no_such_control_module_xyz" in checked.stderr and "cannot be imported" in checked.stderr
     journal = tmp_path / "j.json"
     done = _cli(
-        tmp_path, "run", str(exp), "-o", "json", "--journal", str(journal),
+        tmp_path, "run", str(exp), "--format", "json", "--journal", str(journal),
         "--control-file", str(tmp_path / "ctl.json"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -94,7 +94,7 @@ def test_explicit_settings_replace_the_default_and_bad_files_are_one_line_errors
     (tmp_path / ".chaostoolkit" / "settings.yaml").write_text(json.dumps(default))
     mine = tmp_path / "mine.yaml"
     mine.write_text(json.dumps({"controls": {"mine": _control(tmp_path / "mine.log")}}))
-    done = _cli(tmp_path, "run", str(exp), "-o", "json", "--settings", str(mine))
+    done = _cli(tmp_path, "run", str(exp), "--format", "json", "--settings", str(mine))
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "default.log").exists()
     assert (tmp_path / "mine.log").read_text().splitlines()[-1] == "before_experiment"

@@ -125,7 +125,7 @@ def test_cli_export_and_journal_format(tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "faultplane.cli.main"]
     journal = tmp_path / "j.json"
     done = subprocess.run(
-        [*cli, "run", str(exp), "-o", "json", "--journal", str(journal), "--journal-format", "ctk"],
+        [*cli, "run", str(exp), "--format", "json", "--journal", str(journal), "--journal-format", "ctk"],
         env=env,
         capture_output=True,
         text=True,

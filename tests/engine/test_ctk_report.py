@@ -120,7 +120,7 @@ def test_cli_export_of_a_stored_run_is_read_by_chaos_report(tmp_path: Path) -> N
     env = {**os.environ, "FAULTPLANE_STORE": str(tmp_path / "s.duckdb")}
     cli = [sys.executable, "-m", "faultplane.cli.main"]
     done = subprocess.run(
-        [*cli, "run", str(exp), "-o", "json"], env=env, capture_output=True, text=True, timeout=120
+        [*cli, "run", str(exp), "--format", "json"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]

@@ -68,7 +68,7 @@ def test_signal_interrupts_rolls_back_and_exits_130(tmp_path: Path, signum: int)
     assert signal.Signals(signum).name in row["error"]
 
 
-def test_sigkill_leaves_a_journal_marked_interrupted_on_next_start(tmp_path: Path) -> None:
+def test_a_controller_shot_dead_leaves_a_journal_marked_interrupted_on_next_start(tmp_path: Path) -> None:
     proc, _ = _start(tmp_path)
     proc.kill()
     proc.wait(timeout=10)
@@ -145,9 +145,9 @@ def test_run_output_json_and_var(tmp_path: Path) -> None:
         "method": [],
     }
     (tmp_path / "v.yaml").write_text(yaml.safe_dump(doc))
-    failed = cli("run", str(tmp_path / "v.yaml"), "-o", "json")
+    failed = cli("run", str(tmp_path / "v.yaml"), "--format", "json")
     assert failed.returncode == 1 and json.loads(failed.stdout)["steady_state_before"] is False
-    passed = cli("run", str(tmp_path / "v.yaml"), "-o", "json", "--var", "n=5")
+    passed = cli("run", str(tmp_path / "v.yaml"), "--format", "json", "--var", "n=5")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     result = json.loads(passed.stdout)
     assert result["status"] == "completed" and result["steady_state_before"] is True

@@ -31,14 +31,14 @@ def test_default_summary_without_sql(real_runs: Any) -> None:
     assert "cache degrading" in res.output and "db improving" in res.output
     assert f"anomaly {real_runs.run_ids[10]}" in res.output
 
-    res = invoke("--store", store, "--all", "-o", "json")
+    res = invoke("--store", store, "--all", "--format", "json")
     data = json.loads(res.stdout)
     assert data["runs_shown"] == 25 and {c["experiment"] for c in data["experiments"]} == {
         "svc",
         "db",
         "cache",
     }
-    res = invoke("--store", store, "-e", "svc", "-o", "toon")
+    res = invoke("--store", store, "-e", "svc", "--format", "toon")
     assert res.exit_code == 0 and "svc" in res.output
 
 
@@ -64,7 +64,7 @@ def test_exports_read_back(real_runs: Any, tmp_path: Path, suffix: str) -> None:
     assert _read(out, suffix)["run_id"] == ids
 
     summary_out = tmp_path / f"summary.{suffix}"
-    res = invoke("--store", store, "--all", "--export", str(summary_out), "-o", "json")
+    res = invoke("--store", store, "--all", "--export", str(summary_out), "--format", "json")
     assert res.exit_code == 0
     back = _read(summary_out, suffix)
     assert sorted(back["run_id"]) == ids and "actual_recovery_s" in back
@@ -96,7 +96,7 @@ def test_export_errors_name_the_fix(real_runs: Any, tmp_path: Path) -> None:
 def test_baseline_command(real_runs: Any) -> None:
     store = str(real_runs.store.path)
     res = invoke("baseline", "--store", store, "--probe", "latency", "-e", "db", "--phase", "hypothesis_after",
-                 "-m", "percentile", "--percentiles", "0,100", "-o", "json")  # fmt: skip
+                 "-m", "percentile", "--percentiles", "0,100", "--format", "json")  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["tolerance"] == {"type": "range", "range": [50.0, 170.0]}
     res = invoke("baseline", "--store", store, "--probe", "latency", "-m", "mad")
@@ -128,6 +128,6 @@ def test_analyze_on_clickhouse(real_runs: Any, ch_store: Any, tmp_path: Path) ->
     assert out.rows == 25 and pq.read_table(tmp_path / "r.parquet").column("run_id").to_pylist() == sorted(
         real_runs.run_ids
     )
-    res = invoke("--store", ch_store.url, "--last", "2", "-o", "json")
+    res = invoke("--store", ch_store.url, "--last", "2", "--format", "json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["runs_total"] == 25

@@ -61,12 +61,12 @@ def test_run_and_read_back_on_the_server(
 ) -> None:
     url = clickhouse_server.url(f"fp_{uuid.uuid4().hex[:10]}")
     exp = _experiment(lab / "exp.yaml")
-    first = cli("run", str(exp), "--store", url, "--output", "json")
+    first = cli("run", str(exp), "--store", url, "--format", "json")
     assert first.returncode == 0, first.stdout + first.stderr
     run_id = json.loads(first.stdout)["run_id"]
     # the same store named by the environment instead of the option
     monkeypatch.setenv("FAULTPLANE_STORE", url)
-    second = cli("run", str(exp), "--output", "json")
+    second = cli("run", str(exp), "--format", "json")
     assert second.returncode == 0, second.stderr
     listed = cli("runs", "list", "--store", url, "--format", "json")
     assert listed.returncode == 0, listed.stderr

@@ -42,7 +42,7 @@ def _experiment(path: Path, tags: list[str]) -> Path:
 def test_unknown_compliance_tags_refused_at_validate(
     tmp_path: Path, tags: list[str], bad: str, lab_policy: Path
 ) -> None:
-    proc = cli("validate", str(_experiment(tmp_path / "e.yaml", tags)), "--output", "json")
+    proc = cli("validate", str(_experiment(tmp_path / "e.yaml", tags)), "--format", "json")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     issue = next(e for e in report["errors"] if e["field"] == "tags")
@@ -52,7 +52,7 @@ def test_unknown_compliance_tags_refused_at_validate(
 
 @pytest.mark.parametrize("tags", [["DORA-25", "compliance:soc2-a1.2"], ["team:core", "dr", "latency"], []])
 def test_known_and_ordinary_tags_pass(tmp_path: Path, tags: list[str], lab_policy: Path) -> None:
-    proc = cli("validate", str(_experiment(tmp_path / "e.yaml", tags)), "--output", "json")
+    proc = cli("validate", str(_experiment(tmp_path / "e.yaml", tags)), "--format", "json")
     assert json.loads(proc.stdout)["valid"] is True, proc.stdout
 
 

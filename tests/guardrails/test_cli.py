@@ -29,7 +29,7 @@ def test_check_allowed_and_refused(project: Path) -> None:
     write_experiment(project, base_experiment(targets=[{"name": "x", "labels": {"env": "Prod"}}]), "bad.yaml")
     res = runner.invoke(app, ["guard", "check", "ok.yaml"])
     assert res.exit_code == 0 and "allowed" in res.output
-    res = runner.invoke(app, ["guard", "check", "bad.yaml", "-o", "json"])
+    res = runner.invoke(app, ["guard", "check", "bad.yaml", "--format", "json"])
     assert res.exit_code == 3
     out = json.loads(res.stdout)
     assert out["allowed"] is False and out["violations"][0]["rule"] == "forbidden.labels.env"
@@ -46,7 +46,7 @@ def test_check_reports_three_greens(project: Path) -> None:
     store = Store()
     for _ in range(3):
         record_run(store, "payment-db-latency", 0)
-    res = runner.invoke(app, ["guard", "check", "ok.yaml", "-o", "json"])
+    res = runner.invoke(app, ["guard", "check", "ok.yaml", "--format", "json"])
     assert res.exit_code == 0
     assert "3 consecutive green runs" in json.loads(res.stdout)["advice"][0]
 
@@ -60,7 +60,7 @@ def test_approve_then_check(project: Path, monkeypatch: pytest.MonkeyPatch, tmp_
     key = ["--key", str(bob.key_path)]
     res = runner.invoke(app, ["guard", "approve", "wide.yaml", "--reason", "game day", *key])
     assert res.exit_code == 0 and "approved payment-db-latency" in res.output and "token: fpa2." in res.output
-    res = runner.invoke(app, ["guard", "check", "wide.yaml", "-o", "json"])
+    res = runner.invoke(app, ["guard", "check", "wide.yaml", "--format", "json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["approved_by"] == "bob"
     audit = Store().query("SELECT actor, action, subject FROM audit WHERE action = 'approve'")
     assert audit == [{"actor": "bob", "action": "approve", "subject": "payment-db-latency"}]
@@ -82,7 +82,7 @@ def test_policy_show(project: Path) -> None:
         res.exit_code == 0 and "# source: built-in strict default" in res.output and "stages:" in res.output
     )
     (project / "faultplane.policy.yaml").write_text("approval: {min_stage: 1}\n")
-    res = runner.invoke(app, ["guard", "policy", "show", "-o", "json"])
+    res = runner.invoke(app, ["guard", "policy", "show", "--format", "json"])
     shown = json.loads(res.stdout)
     assert shown["source"].endswith("faultplane.policy.yaml") and shown["approval"]["min_stage"] == 1
     (project / "faultplane.policy.yaml").write_text("approval: {min_stag: 1}\n")

@@ -97,12 +97,12 @@ def _write(lab: Path, doc: dict[str, Any]) -> Path:
 def _cli_verdicts(path: Path) -> dict[str, bool]:
     """surface -> allowed?"""
     out: dict[str, bool] = {}
-    res = runner.invoke(app, ["guard", "check", str(path), "-o", "json"])
+    res = runner.invoke(app, ["guard", "check", str(path), "--format", "json"])
     assert res.exit_code in (0, 3), res.output
     out["guard check"] = json.loads(res.stdout)["allowed"]
-    res = runner.invoke(app, ["validate", str(path), "-o", "json"])
+    res = runner.invoke(app, ["validate", str(path), "--format", "json"])
     out["validate"] = res.exit_code == 0
-    res = runner.invoke(app, ["run", "--dry-run", str(path), "-o", "json", "-q"])
+    res = runner.invoke(app, ["run", "--dry-run", str(path), "--format", "json", "-q"])
     out["run --dry-run"] = res.exit_code != 3 and '"refused"' not in res.output
     return out
 

@@ -105,7 +105,7 @@ def test_titles_and_ordinary_names_stay_allowed(doc: dict[str, Any]) -> None:
 def test_prod_name_is_refused_by_guard_check_and_the_hook(project: Path) -> None:
     doc = _with(_driver("process", "kill", name="prod-api", count=1))
     write_experiment(project, doc, "kill.yaml")
-    res = runner.invoke(app, ["guard", "check", "kill.yaml", "-o", "json"])
+    res = runner.invoke(app, ["guard", "check", "kill.yaml", "--format", "json"])
     assert res.exit_code == 3
     assert "method[0].provider.arguments.name" in [v["field"] for v in json.loads(res.stdout)["violations"]]
     blocked = hook(bash("faultplane run kill.yaml", project))
@@ -189,7 +189,7 @@ async def test_engine_guard_check_and_hook_refuse_a_secret_dsn_without_showing_i
     assert journal.status == "refused" and journal.run == []
     assert "secrets.db.dsn" in (journal.error or "")
     _no_secret_in(journal.model_dump_json())
-    res = runner.invoke(app, ["guard", "check", "dsn.yaml", "-o", "json"])
+    res = runner.invoke(app, ["guard", "check", "dsn.yaml", "--format", "json"])
     assert res.exit_code == 3
     fields = [v["field"] for v in json.loads(res.stdout)["violations"]]
     assert "secrets.db.dsn.$FP_TEST_DSN" in fields and "method[0].provider.arguments.dsn" in fields
