@@ -24,7 +24,7 @@ conformance:
 	bash scripts/install-conformance.sh .cache/conformance >/dev/null
 
 test: $(STAMP) services conformance
-	FAULTPLANE_CONFORMANCE_DIR=$(CURDIR)/.cache/conformance $(PY) -m pytest -q
+	FAULTPLANE_CONFORMANCE_DIR=$(CURDIR)/.cache/conformance $(PY) -m pytest -q --durations=40
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'

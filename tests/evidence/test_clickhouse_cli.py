@@ -128,8 +128,8 @@ def _approved(lab: Path, exp: Path) -> str:
     passphrase = "correct horse battery staple"
     key = lab / "keys" / "ops-approver.key"
     line = approvals.generate_key(key, "ops", passphrase, scrypt_n=2**14)
-    policy = lab / "faultplane.policy.yaml"
-    policy.write_text(policy.read_text() + f"approval: {{trusted_keys: [{json.dumps(line)}]}}\n")
+    # approvers are trusted by the person's own policy, never by a file in the project
+    use_lab_policy(LAB_POLICY + f"approval: {{trusted_keys: [{json.dumps(line)}]}}\n")
     signer = approvals.load_signing_key(key, passphrase)
     granted = approvals.sign_approval(
         prepare(exp).approval_hash, key=signer, trusted_keys=[line], family="checkout", record=False
