@@ -135,7 +135,7 @@ def main() -> int:
                 r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 proc = subprocess.run(
-                    [sys.executable, str(wrapper), str(spent_file), "run", str(exp), "--output", "json"],
+                    [sys.executable, str(wrapper), str(spent_file), "run", str(exp), "--format", "json"],
                     capture_output=True,
                     text=True,
                     env=env,
