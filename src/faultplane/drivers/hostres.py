@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import anyio
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from faultplane.drivers.base import ActivityContext, DriverError, action
+from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry, action
 from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
 
 __all__: list[str] = []
@@ -307,6 +308,60 @@ def _move(root: Path, cgroup: str, pids: list[int]) -> None:
             procs.write_text(f"{pid}\n")
 
 
+def _family(pid: int) -> list[psutil.Process]:
+    """The process and its descendants, as a cgroup fault moves them."""
+    try:
+        proc = psutil.Process(pid)
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        raise DriverError(f"pid: no process {pid}") from None
+    except psutil.AccessDenied:
+        raise DriverError(f"pid: not allowed to inspect process {pid} (run as root)") from None
+
+
+async def _confine(
+    ctx: ActivityContext,
+    pid: int,
+    family: list[psutil.Process],
+    *,
+    controller: tuple[str, str],
+    prefix: str,
+    what: str,
+    label: str,
+    configure: Callable[[Path, int], object],
+    failure: str,
+) -> tuple[Path, RevertEntry]:
+    """Move ``family`` into a fresh cgroup of Faultplane's that ``configure`` limits, with a lease that moves
+    every member back to ``pid``'s own cgroup and removes ours. ``controller`` is its (cgroup v1, v2) name;
+    ``configure`` gets our cgroup's folder and the cgroup version. A failure reverts what was done and names
+    the cause: ``what`` the cgroup in the mkdir error, ``failure`` (``{cgroup}`` filled in) the configure/move
+    error."""
+    v1, v2 = controller
+    root, version = _hierarchy(v1, v2)
+    previous = _cgroup_of(pid, version, v1)
+    name = f"{prefix}{uuid.uuid4().hex[:10]}"
+    try:
+        (root / name).mkdir()
+    except OSError as exc:
+        raise DriverError(f"pid: cannot create {what} in {root}: {exc.strerror} (run as root)") from None
+    entry = leased_revert(
+        ctx,
+        label=f"hostres: release pid {pid} from {label} {name}",
+        driver="hostres",
+        revert="release_pids",
+        args={"root": str(root), "cgroup": name, "previous": previous},
+    )
+    try:
+        configure(root / name, version)
+        _move(root, name, [x.pid for x in family])
+    except BaseException as exc:
+        await revert_now(ctx, entry)
+        if isinstance(exc, OSError):
+            raise DriverError(f"pid: {failure.format(cgroup=root / name)}: {exc.strerror}") from None
+        raise
+    return root / name, entry
+
+
 @revert_recipe("hostres", "release_pids")
 def _recipe_release_pids(args: dict[str, Any]) -> None:
     root, ours = Path(args["root"]), Path(args["root"]) / args["cgroup"]
@@ -336,46 +391,31 @@ async def exhaust_pids(ctx: ActivityContext, p: PidsParams) -> dict[str, Any]:
     they have now + ``headroom``: their next fork()/clone()/pthread_create() fails with EAGAIN, like a host out
     of PIDs, without touching other processes. Rollback moves them (and any child they made) back to their
     own cgroup and removes it. Needs root."""
+    family = _family(p.pid)
     try:
-        proc = psutil.Process(p.pid)
-        family = [proc, *proc.children(recursive=True)]
         tasks = sum(x.num_threads() for x in family)
     except psutil.NoSuchProcess:
         raise DriverError(f"pid: no process {p.pid}") from None
     except psutil.AccessDenied:
         raise DriverError(f"pid: not allowed to inspect process {p.pid} (run as root)") from None
-    root, version = _pids_hierarchy()
-    previous = _cgroup_of(p.pid, version)
-    name = f"{_CGROUP_PREFIX}{uuid.uuid4().hex[:10]}"
-    try:
-        (root / name).mkdir()
-    except OSError as exc:
-        raise DriverError(
-            f"pid: cannot create a pids cgroup in {root}: {exc.strerror} (run as root)"
-        ) from None
     limit = tasks + p.headroom
-    entry = leased_revert(
+    cgroup, entry = await _confine(
         ctx,
-        label=f"hostres: release pid {p.pid} from pids cgroup {name}",
-        driver="hostres",
-        revert="release_pids",
-        args={"root": str(root), "cgroup": name, "previous": previous},
+        p.pid,
+        family,
+        controller=("pids", "pids"),
+        prefix=_CGROUP_PREFIX,
+        what="a pids cgroup",
+        label="pids cgroup",
+        configure=lambda path, _version: (path / "pids.max").write_text(f"{limit}\n"),
+        failure=f"cannot move process {p.pid} into {{cgroup}}",
     )
-    try:
-        (root / name / "pids.max").write_text(f"{limit}\n")
-        _move(root, name, [x.pid for x in family])
-    except OSError as exc:
-        await revert_now(ctx, entry)
-        raise DriverError(f"pid: cannot move process {p.pid} into {root / name}: {exc.strerror}") from None
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
     result: dict[str, Any] = {
         "pid": p.pid,
         "processes": [x.pid for x in family],
         "tasks": tasks,
         "pids_max": limit,
-        "cgroup": str(root / name),
+        "cgroup": str(cgroup),
     }
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["restored_after_s"] = p.duration_seconds
@@ -435,53 +475,41 @@ async def throttle_io(ctx: ActivityContext, p: ThrottleIoParams) -> dict[str, An
     if not directory.is_dir():
         raise DriverError(f"directory: {p.directory!r} is not a directory")
     disk = _disk_of(directory)
-    try:
-        proc = psutil.Process(p.pid)
-        family = [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        raise DriverError(f"pid: no process {p.pid}") from None
-    root, version = _hierarchy("blkio", "io")
-    previous = _cgroup_of(p.pid, version, "blkio")
-    name = f"{_IO_CGROUP_PREFIX}{uuid.uuid4().hex[:10]}"
-    try:
-        (root / name).mkdir()
-    except OSError as exc:
-        raise DriverError(f"pid: cannot create a cgroup in {root}: {exc.strerror} (run as root)") from None
-    entry = leased_revert(
-        ctx,
-        label=f"hostres: release pid {p.pid} from IO-throttled cgroup {name}",
-        driver="hostres",
-        revert="release_pids",
-        args={"root": str(root), "cgroup": name, "previous": previous},
-    )
+    family = _family(p.pid)
     limits = {
         "read_bps": p.read_bytes_per_second,
         "write_bps": p.write_bytes_per_second,
         "read_iops": p.read_iops,
         "write_iops": p.write_iops,
     }
-    try:
+
+    def configure(path: Path, version: int) -> None:
         if version == 1:
             for key, value in limits.items():
                 if value is not None:
-                    (root / name / f"blkio.throttle.{key}_device").write_text(f"{disk} {value}\n")
+                    (path / f"blkio.throttle.{key}_device").write_text(f"{disk} {value}\n")
         else:
             v2 = {"read_bps": "rbps", "write_bps": "wbps", "read_iops": "riops", "write_iops": "wiops"}
             spec = " ".join(f"{v2[k]}={v}" for k, v in limits.items() if v is not None)
-            (root / name / "io.max").write_text(f"{disk} {spec}\n")
-        _move(root, name, [x.pid for x in family])
-    except OSError as exc:
-        await revert_now(ctx, entry)
-        raise DriverError(f"pid: cannot throttle IO of process {p.pid} on {disk}: {exc.strerror}") from None
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
+            (path / "io.max").write_text(f"{disk} {spec}\n")
+
+    cgroup, entry = await _confine(
+        ctx,
+        p.pid,
+        family,
+        controller=("blkio", "io"),
+        prefix=_IO_CGROUP_PREFIX,
+        what="a cgroup",
+        label="IO-throttled cgroup",
+        configure=configure,
+        failure=f"cannot throttle IO of process {p.pid} on {disk}",
+    )
     result: dict[str, Any] = {
         "pid": p.pid,
         "processes": [x.pid for x in family],
         "disk": disk,
         "limits": {k: v for k, v in limits.items() if v is not None},
-        "cgroup": str(root / name),
+        "cgroup": str(cgroup),
     }
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["restored_after_s"] = p.duration_seconds
