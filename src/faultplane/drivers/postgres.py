@@ -27,7 +27,7 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field
 
-from faultplane.drivers.base import ActivityContext, DriverError, action, probe
+from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
@@ -95,6 +95,19 @@ def _close_held(tag: str) -> None:
         with contextlib.suppress(psycopg.Error):
             c.rollback()
         c.close()
+
+
+def _lease_tagged(ctx: ActivityContext, dsn: str, tag: str, label: str) -> RevertEntry:
+    """The lease of sessions tagged ``tag``: the revert ends them here, or the watchdog from the server's own
+    session list (``terminate_tagged``)."""
+    return leased_revert(
+        ctx,
+        label=label,
+        driver="postgres",
+        revert="terminate_tagged",
+        args={"dsn": dsn, "application_name": tag},
+        fn=lambda: anyio.to_thread.run_sync(_release, dsn, tag),
+    )
 
 
 def _release(dsn: str, tag: str) -> None:
@@ -281,14 +294,7 @@ async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
     tag = _tag("lock")
     # connect first: a connection that fails has locked nothing, so it leaves no lease behind
     conn = await anyio.to_thread.run_sync(lambda: _connect(p.dsn, application_name=tag, autocommit=False))
-    entry = leased_revert(
-        ctx,
-        label=f"postgres: release {p.mode} lock on {p.table}",
-        driver="postgres",
-        revert="terminate_tagged",
-        args={"dsn": p.dsn, "application_name": tag},
-        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
-    )
+    entry = _lease_tagged(ctx, p.dsn, tag, f"postgres: release {p.mode} lock on {p.table}")
     try:
         await anyio.to_thread.run_sync(_lock, conn, tag, p.table, p.mode)
     except BaseException:
@@ -579,14 +585,7 @@ async def idle_transaction(ctx: ActivityContext, p: IdleTransactionParams) -> di
     conns = await anyio.to_thread.run_sync(connect)  # no connection, nothing applied, no lease
     with _held_lock:
         _held[tag] = conns
-    entry = leased_revert(
-        ctx,
-        label=f"postgres: end {p.sessions} idle transaction(s) ({tag})",
-        driver="postgres",
-        revert="terminate_tagged",
-        args={"dsn": p.dsn, "application_name": tag},
-        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
-    )
+    entry = _lease_tagged(ctx, p.dsn, tag, f"postgres: end {p.sessions} idle transaction(s) ({tag})")
     try:
         xids = await anyio.to_thread.run_sync(_open_idle, conns, p.statement)
     except psycopg.Error as exc:
@@ -1203,14 +1202,7 @@ async def deadlock(ctx: ActivityContext, p: DeadlockParams) -> dict[str, Any]:
     conns, rows = await anyio.to_thread.run_sync(prepare)  # nothing locked yet: a failure leaves no lease
     with _held_lock:
         _held[tag] = conns
-    entry = leased_revert(
-        ctx,
-        label=f"postgres: end the deadlock sessions ({tag})",
-        driver="postgres",
-        revert="terminate_tagged",
-        args={"dsn": p.dsn, "application_name": tag},
-        fn=lambda: anyio.to_thread.run_sync(_release, p.dsn, tag),
-    )
+    entry = _lease_tagged(ctx, p.dsn, tag, f"postgres: end the deadlock sessions ({tag})")
     outcomes: list[str] = []
     try:
         for _ in range(p.rounds):
