@@ -361,8 +361,16 @@ def test_altered_and_expired_tokens_are_rejected(approver: Approver) -> None:
     chash = "a" * 64
     granted = approver.sign(chash, ttl_s=60)
     head, payload, sig = granted.token.split(".")
+    flipped = "B" if sig[10] == "A" else "A"  # a character that carries six signature bits, always changed
     with pytest.raises(approvals.ApprovalError, match="signature"):
-        approvals.verify_token(f"{head}.{payload}.{sig[:-2]}AA", chash, trusted_keys=[approver.line])
+        approvals.verify_token(
+            f"{head}.{payload}.{sig[:10]}{flipped}{sig[11:]}", chash, trusted_keys=[approver.line]
+        )
+    # the last character carries only two bits; another spelling of the same bytes is refused, not verified
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".index(sig[-1])
+    respelled = sig[:-1] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last ^ 1]
+    with pytest.raises(approvals.ApprovalError, match="unreadable"):
+        approvals.verify_token(f"{head}.{payload}.{respelled}", chash, trusted_keys=[approver.line])
     with pytest.raises(approvals.ApprovalError, match="expired"):
         approvals.verify_token(granted.token, chash, trusted_keys=[approver.line], now=time.time() + 120)
     with pytest.raises(approvals.ApprovalError, match="not a Faultplane approval"):

@@ -159,7 +159,12 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    # One token, one spelling: a decoder that ignores the unused low bits of the last character would accept
+    # several strings as the same signature, so an altered token could still verify.
+    if _b64(data) != text:
+        raise ValueError("not canonical base64url")
+    return data
 
 
 def _raw_public(public_key: Any) -> bytes:
