@@ -172,7 +172,7 @@ async def test_netem_on_a_kernel_without_it_fails_clearly_and_leaves_nothing(net
     ctx = ActivityContext(run_id="hn5")
     with pytest.raises(DriverError, match=r"^interface: this kernel has no sch_netem"):
         await get_activity("hostnet", "netem").invoke(
-            ctx, {"netns": netns_pair.b, "interface": netns_pair.veth_b, "delay_ms": 100}
+            ctx, {"netns": netns_pair.b, "interface": netns_pair.veth_b, "delay_ms": 100, "engine": "netem"}
         )
     assert ctx.reverts == [] and leases.list_leases() == []
 
@@ -184,7 +184,7 @@ async def test_netem_delay_with_jitter_is_measured_from_outside(netns_pair) -> N
     base = _connect(pair, 7002)["s"]
     ctx = ActivityContext(run_id="hn6")
     await get_activity("hostnet", "netem").invoke(
-        ctx, {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 150, "jitter_ms": 10}
+        ctx, {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 150, "jitter_ms": 10, "engine": "netem"}
     )
     slow = _connect(pair, 7002, timeout=5)["s"]  # SYN-ACK and the echo both delayed: ~300 ms
     assert slow >= base + 0.25

@@ -231,9 +231,21 @@ class _Iface(_Where):
         return v
 
 
+class _NoQdisc(DriverError):
+    """The kernel lacks the qdisc (no module, none built in): nothing was applied."""
+
+
 async def _add_qdisc(ctx: ActivityContext, p: _Iface, kind: str, spec: list[str]) -> dict[str, Any]:
     handle = _HANDLES[kind]
-    root = await anyio.to_thread.run_sync(_root_qdisc, p.netns, p.interface)
+    try:
+        root = await anyio.to_thread.run_sync(_root_qdisc, p.netns, p.interface)
+    except DriverError as exc:
+        if "Cannot find device" in str(exc):
+            where = f" in netns {p.netns}" if p.netns else ""
+            raise DriverError(
+                f"interface: no interface {p.interface!r}{where} (tc: Cannot find device; see `ip link`)"
+            ) from None
+        raise
     if root and root.get("handle") == handle:
         raise DriverError(f"interface: {p.interface} already carries a Faultplane {root.get('kind')} fault")
     entry = leased_revert(
@@ -253,7 +265,7 @@ async def _add_qdisc(ctx: ActivityContext, p: _Iface, kind: str, spec: list[str]
             raise
         withdraw(ctx, entry)  # `tc qdisc add` failed: nothing changed
         if "qdisc kind is unknown" in str(exc):
-            raise DriverError(
+            raise _NoQdisc(
                 f"interface: this kernel has no sch_{kind} (tc: qdisc kind is unknown); load the module "
                 f"(modprobe sch_{kind}) or use a kernel built with it"
             ) from None
@@ -291,10 +303,24 @@ class NetemParams(_Iface):
     corrupt_percent: float = Field(default=0, ge=0, le=100, description="flip a random bit in this share")
     duplicate_percent: float = Field(default=0, ge=0, le=100)
     reorder_percent: float = Field(default=0, ge=0, le=100, description="sent at once, ahead of delayed ones")
+    engine: Literal["auto", "netem", "nfqueue"] = Field(
+        default="auto",
+        description="netem: the kernel's tc netem qdisc; nfqueue: Faultplane's userspace queue (iptables "
+        "NFQUEUE, for kernels without sch_netem); auto: netem when the kernel has it, else nfqueue",
+    )
+    fix_checksums: bool = Field(
+        default=False,
+        description="nfqueue engine: recompute the checksum of corrupted packets so the altered bytes reach "
+        "the application (default: leave it wrong, so the receiving kernel drops them, as with netem)",
+    )
 
     @model_validator(mode="after")
     def _some(self) -> Self:
         check_netem(self)
+        if self.fix_checksums and not self.corrupt_percent:
+            raise ValueError("fix_checksums: only has a meaning with corrupt_percent")
+        if self.fix_checksums and self.engine == "netem":
+            raise ValueError("fix_checksums: netem cannot fix checksums; use engine nfqueue (or auto)")
         return self
 
 
@@ -340,6 +366,195 @@ def netem_spec(p: Any) -> list[str]:
 
 @action("hostnet", "netem", NetemParams, fault_type="latency")
 async def netem(ctx: ActivityContext, p: NetemParams) -> dict[str, Any]:
-    """Delay (with jitter), lose, corrupt, duplicate or reorder an interface's outgoing packets (tc netem);
-    rollback removes the qdisc. Needs a kernel with sch_netem."""
-    return await _add_qdisc(ctx, p, "netem", netem_spec(p))
+    """Delay (with jitter), lose, corrupt, duplicate or reorder an interface's outgoing packets, with tc netem
+    or, on a kernel without sch_netem, Faultplane's userspace NFQUEUE engine (``engine``); rollback removes the
+    qdisc, or the queue rule and its helper process."""
+    if p.engine == "netem" or (p.engine == "auto" and not p.fix_checksums):
+        try:
+            return {**await _add_qdisc(ctx, p, "netem", netem_spec(p)), "engine": "netem"}
+        except _NoQdisc:
+            if p.engine == "netem":
+                raise
+    return await _nfqueue_fault(ctx, p)
+
+
+# --- the NFQUEUE engine: netem's effects from a userspace helper ------------------------------------------------
+#
+# The kernel here has no nft `queue` expression (CONFIG_NFT_QUEUE unset) but has the xtables NFQUEUE target, so
+# the rule goes in with iptables/ip6tables (nft backend or legacy alike): a chain of our own in the mangle table,
+# jumped to from POSTROUTING for the interface. `--queue-bypass`: with no helper bound, packets pass.
+
+_MARK = 0xFA170000  # carried by the helper's duplicates, so the rule does not queue them again
+_IPT = ("iptables", "ip6tables")
+
+
+def _chain_rules(chain: str, iface: str, queue: int) -> str:
+    return (
+        f"*mangle\n:{chain} - [0:0]\n"
+        f"-A {chain} -m mark ! --mark {_MARK:#x} -j NFQUEUE --queue-num {queue} --queue-bypass\n"
+        f"-I POSTROUTING 1 -o {iface} -j {chain}\nCOMMIT\n"
+    )
+
+
+def _remove_chain(netns: str | None, chain: str, iface: str) -> None:
+    """Idempotent: each step may find its object already gone."""
+    for tool in _IPT:
+        _run(netns, [tool, "-w", "-t", "mangle", "-D", "POSTROUTING", "-o", iface, "-j", chain], check=False)
+        _run(netns, [tool, "-w", "-t", "mangle", "-F", chain], check=False)
+        _run(netns, [tool, "-w", "-t", "mangle", "-X", chain], check=False)
+
+
+# helpers this process started, reaped by its own revert (the watchdog only finds them by pid)
+_HELPERS: dict[int, subprocess.Popen[str]] = {}
+
+
+def _stop_helper(pid: int, started: float) -> None:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - started) < 1.0:  # not a recycled pid
+            proc.terminate()  # SIGTERM: it lets every held packet go, then exits
+            try:
+                proc.wait(5)
+            except psutil.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+    except psutil.NoSuchProcess:
+        pass
+    own = _HELPERS.pop(pid, None)
+    if own is not None:
+        own.wait(5)
+        for f in (own.stdin, own.stdout):
+            if f is not None:
+                f.close()
+
+
+@revert_recipe("hostnet", "stop_queue")
+def _recipe_stop_queue(args: dict[str, Any]) -> None:
+    try:
+        # the rule first: new packets pass untouched before the helper lets the held ones go
+        _remove_chain(args.get("netns"), args["chain"], args["interface"])
+    except DriverError as exc:
+        if "no network namespace" not in str(exc):
+            raise  # a namespace that is gone took the rule with it
+    finally:
+        _stop_helper(int(args["pid"]), float(args["started"]))
+
+
+def _spawn_helper(p: NetemParams) -> tuple[subprocess.Popen[str], int, float]:
+    import os
+    import random
+    import select
+    import sys
+
+    import psutil
+
+    import faultplane
+
+    effects = {
+        k: getattr(p, k)
+        for k in (
+            "delay_ms",
+            "jitter_ms",
+            "loss_percent",
+            "corrupt_percent",
+            "duplicate_percent",
+            "reorder_percent",
+            "fix_checksums",
+        )
+    }
+    src = str(Path(faultplane.__file__).resolve().parents[1])  # the helper runs this very code
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    argv = [sys.executable, "-m", "faultplane.drivers.nfqueue", "--interface", p.interface]
+    argv += ["--queue", str(random.randrange(0xF000, 0xFFFF)), "--mark", hex(_MARK)]
+    argv += ["--effects", json.dumps(effects)]
+    if p.netns is not None:
+        argv = ["ip", "netns", "exec", p.netns, *argv]  # exec, not fork: the pid is the helper's
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,  # its lifeline: EOF when this process ends, however it ends
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,  # a Ctrl-C for the controller is the controller's to handle
+    )
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+    line = proc.stdout.readline() if ready else ""
+    try:
+        info = json.loads(line) if line else {}
+    except ValueError:
+        info = {}
+    if not info.get("ready"):
+        proc.kill()
+        proc.wait(5)
+        why = info.get("error") or (
+            "did not start in 30 s" if not ready else f"exited with {proc.returncode}"
+        )
+        raise DriverError(f"engine: the nfqueue helper {why}")
+    _HELPERS[proc.pid] = proc
+    return proc, int(info["queue"]), psutil.Process(proc.pid).create_time()
+
+
+async def _nfqueue_fault(ctx: ActivityContext, p: NetemParams) -> dict[str, Any]:
+    where = f" in netns {p.netns}" if p.netns else ""
+
+    def check() -> None:
+        res = _run(p.netns, ["ip", "-o", "link", "show"])
+        if not re.search(rf"^\d+: {re.escape(p.interface)}[@:]", res, re.M):
+            # an `-o IF` rule for a missing interface would apply and match nothing
+            raise DriverError(f"interface: no interface {p.interface!r}{where} (see `ip link`)")
+        for tool in _IPT:
+            if shutil.which(tool) is None:
+                raise DriverError(f"{tool}: not installed (apt-get install -y iptables)")
+        if re.search(
+            rf"-o {re.escape(p.interface)} -j fpq_", _run(p.netns, ["iptables", "-w", "-t", "mangle", "-S"])
+        ):
+            raise DriverError(f"interface: {p.interface} already carries a Faultplane netem fault (nfqueue)")
+
+    await anyio.to_thread.run_sync(check)
+    proc, queue, started = await anyio.to_thread.run_sync(_spawn_helper, p)
+    chain = f"fpq_{uuid.uuid4().hex[:12]}"
+    args = {"netns": p.netns, "chain": chain, "interface": p.interface, "pid": proc.pid, "started": started}
+    entry = leased_revert(
+        ctx,
+        label=f"hostnet: remove NFQUEUE rule {chain} from {p.interface}{where} and stop its helper",
+        driver="hostnet",
+        revert="stop_queue",
+        args=args,
+    )
+    applied: list[str] = []
+
+    def apply() -> None:
+        for tool in _IPT:
+            _run(
+                p.netns, [f"{tool}-restore", "-w", "--noflush"], stdin=_chain_rules(chain, p.interface, queue)
+            )
+            applied.append(tool)
+
+    try:
+        await anyio.to_thread.run_sync(apply)
+    except DriverError:
+        if applied:  # IPv4 went in, IPv6 did not: take it all back
+            await revert_now(ctx, entry)
+        else:
+            withdraw(ctx, entry)
+            await anyio.to_thread.run_sync(_stop_helper, proc.pid, started)
+        raise
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
+    out: dict[str, Any] = {
+        "interface": p.interface,
+        "engine": "nfqueue",
+        "queue": queue,
+        "chain": chain,
+        "helper_pid": proc.pid,
+        "netns": p.netns,
+        "effects": " ".join(netem_spec(p)) + (" fix_checksums" if p.fix_checksums else ""),
+    }
+    if await hold_then_revert(ctx, entry, p.duration_seconds):
+        out["removed_after_s"] = p.duration_seconds
+    return out

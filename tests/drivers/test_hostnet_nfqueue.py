@@ -1,0 +1,303 @@
+"""hostnet.netem through the userspace NFQUEUE engine (this kernel has no sch_netem), measured by a client in
+namespace A against echo servers in namespace B, with the fault on B's outgoing interface: round trips for
+delay and jitter, copies of each reply for duplication, arrival order for reordering, payload bytes and the
+kernel's checksum-error counter for corruption. Reverts are checked in the kernel (iptables chain, helper
+process) and on the wire."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+import pytest
+from test_hostnet import _has_netem
+from test_lease_hygiene import STEPS_CONTROLLER, _stop_watchdogs
+
+from faultplane.drivers import leases
+from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+# One datagram at a time, each waiting for its echo: round-trip times in seconds (None: no answer in 3 s).
+UDP_RTT = r"""
+import json, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+out = []
+for i in range(int(sys.argv[3])):
+    t0 = time.perf_counter()
+    s.sendto(b"%d" % i, (sys.argv[1], int(sys.argv[2])))
+    try:
+        while s.recv(64) != b"%d" % i:
+            pass
+        out.append(time.perf_counter() - t0)
+    except socket.timeout:
+        out.append(None)
+print(json.dumps(out))
+"""
+
+# N datagrams `gap` seconds apart, then every reply until a second of silence: the order the replies arrived
+# in, each as [sequence number, bits that differ from what was sent], and the kernel's UDP checksum errors.
+UDP_BURST = r"""
+import json, socket, sys, time
+def csum_errors():
+    rows = [l.split() for l in open("/proc/net/snmp") if l.startswith("Udp:")]
+    return int(rows[1][rows[0].index("InCsumErrors")])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
+dst, n, gap = (sys.argv[1], int(sys.argv[2])), int(sys.argv[3]), float(sys.argv[4])
+def payload(i):
+    return b"%06d:" % i + bytes((i * 7 + k) % 256 for k in range(57))
+errors0 = csum_errors()
+got = []
+def drain(timeout):
+    s.settimeout(timeout)
+    try:
+        while True:
+            data = s.recv(2048)
+            i = int(data[:6]) if data[:6].isdigit() else -1
+            sent = payload(i) if 0 <= i < n else b""
+            diff = sum(bin(a ^ b).count("1") for a, b in zip(data, sent)) if len(data) == len(sent) else -1
+            got.append([i, diff])
+            s.settimeout(timeout)
+    except socket.timeout:
+        pass
+for i in range(n):
+    s.sendto(payload(i), dst)
+    drain(gap)
+drain(1.0)
+print(json.dumps({"sent": n, "got": got, "csum_errors": csum_errors() - errors0}))
+"""
+
+CONNECT_ECHO = r"""
+import json, socket, sys, time
+t0 = time.perf_counter()
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as s:
+    s.sendall(b"ping"); got = s.recv(4)
+print(json.dumps({"ok": got == b"ping", "s": time.perf_counter() - t0}))
+"""
+
+
+@pytest.fixture
+def pair(netns_pair):  # type: ignore[no-untyped-def]
+    if _has_netem():
+        pytest.skip("this kernel has sch_netem: engine auto picks netem (test_hostnet measures it)")
+    return netns_pair
+
+
+def _rtts(pair, n: int = 30) -> list[float]:  # type: ignore[no-untyped-def]
+    out = pair.client(UDP_RTT, pair.ip_b, "7003", str(n), timeout=120)
+    assert None not in out, out
+    return sorted(out)
+
+
+def _burst(pair, n: int, gap: float = 0.003) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    return pair.client(UDP_BURST, pair.ip_b, "7003", str(n), str(gap), timeout=120)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _chains(pair) -> list[str]:  # type: ignore[no-untyped-def]
+    out = []
+    for tool in ("iptables", "ip6tables"):
+        res = subprocess.run(
+            ["ip", "netns", "exec", pair.b, tool, "-w", "-t", "mangle", "-S"], capture_output=True, text=True
+        )
+        out += [line for line in res.stdout.splitlines() if "fpq_" in line]
+    return out
+
+
+async def _apply(pair, run_id: str, **effects: Any) -> tuple[ActivityContext, dict[str, Any]]:  # type: ignore[no-untyped-def]
+    ctx = ActivityContext(run_id=run_id)
+    out = await get_activity("hostnet", "netem").invoke(
+        ctx, {"netns": pair.b, "interface": pair.veth_b, **effects}
+    )
+    assert out["engine"] == "nfqueue" and _alive(out["helper_pid"])
+    # IPv4 and IPv6 each get the chain and the jump to it
+    assert len(_chains(pair)) == 6, _chains(pair)
+    return ctx, out
+
+
+async def _revert(ctx: ActivityContext, pair, out: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+    assert [e for _, e in await ctx.revert_all()] == [None]
+    assert _chains(pair) == []
+    assert not _alive(out["helper_pid"])
+    assert leases.list_leases() == []
+
+
+async def test_delay_holds_every_packet_at_least_that_long_and_rollback_restores(pair) -> None:  # type: ignore[no-untyped-def]
+    assert _rtts(pair, 10)[5] < 0.05
+    ctx, out = await _apply(pair, "nq1", delay_ms=100)
+    assert len(leases.list_leases()) == 1
+    udp = _rtts(pair)
+    assert udp[0] >= 0.095, udp  # a held verdict is never released early: a hard lower bound
+    assert udp[len(udp) // 2] < 1.0, udp  # generous: the machine is loaded
+    tcp = pair.client(CONNECT_ECHO, pair.ip_b, "7002")
+    assert tcp["ok"] and tcp["s"] >= 0.19, tcp  # the SYN-ACK and the echo both leave B: two delays
+    await _revert(ctx, pair, out)
+    assert _rtts(pair, 10)[5] < 0.05
+
+
+async def test_jitter_spreads_round_trips_on_both_sides_of_the_delay(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx, out = await _apply(pair, "nq2", delay_ms=80, jitter_ms=40)
+    udp = _rtts(pair, 40)
+    assert udp[0] >= 0.038, udp  # never below delay - jitter
+    # below the delay itself only jitter can bring a reply: uniform in [40, 120] ms puts ~40% of them there
+    assert sum(r < 0.075 for r in udp) >= 3, udp
+    assert sum(r > 0.085 for r in udp) >= 3, udp
+    await _revert(ctx, pair, out)
+
+
+async def test_duplication_sends_about_that_share_twice_and_rollback_stops_it(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx, out = await _apply(pair, "nq3", duplicate_percent=30)
+    res = _burst(pair, 300)
+    seqs = [i for i, _ in res["got"]]
+    dups = len(seqs) - len(set(seqs))
+    assert 45 <= dups <= 140, dups  # 30% of 300 = 90, binomial sd ~8
+    assert all(diff == 0 for _, diff in res["got"])  # copies are exact
+    await _revert(ctx, pair, out)
+    after = [i for i, _ in _burst(pair, 200)["got"]]
+    assert len(after) == len(set(after))  # nothing duplicates on a veth pair by itself
+
+
+def _late(seqs: list[int]) -> int:
+    """Replies that arrived after one with a higher sequence number."""
+    late, top = 0, -1
+    for i in seqs:
+        if i < top:
+            late += 1
+        top = max(top, i)
+    return late
+
+
+async def test_reordering_lets_some_packets_overtake_delayed_ones(pair) -> None:  # type: ignore[no-untyped-def]
+    assert _late([i for i, _ in _burst(pair, 100)["got"]]) <= 2
+    ctx, out = await _apply(pair, "nq4", delay_ms=60, reorder_percent=40)
+    seqs = [i for i, _ in _burst(pair, 200)["got"]]
+    assert sorted(seqs) == list(range(200))  # reordered, not lost or copied
+    # 60% are held 60 ms while those sent in the next 60 ms (~20) include reordered ones sent at once
+    assert _late(seqs) >= 40, _late(seqs)
+    await _revert(ctx, pair, out)
+    assert _late([i for i, _ in _burst(pair, 100)["got"]]) <= 2
+
+
+async def test_corruption_with_wrong_checksums_is_dropped_by_the_receiving_kernel(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx, out = await _apply(pair, "nq5", corrupt_percent=30)
+    res = _burst(pair, 300)
+    lost = res["sent"] - len(res["got"])
+    assert 45 <= lost <= 140, lost
+    assert all(diff == 0 for _, diff in res["got"])  # no altered byte reached the application
+    assert res["csum_errors"] >= lost * 0.9, res["csum_errors"]  # A's kernel counted them as bad checksums
+    await _revert(ctx, pair, out)
+    after = _burst(pair, 200)
+    assert len(after["got"]) >= 198 and after["csum_errors"] == 0
+
+
+async def test_corruption_with_fixed_checksums_reaches_the_application(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx, out = await _apply(pair, "nq6", corrupt_percent=30, fix_checksums=True)
+    res = _burst(pair, 300)
+    assert len(res["got"]) >= 285 and res["csum_errors"] == 0
+    diffs = [diff for _, diff in res["got"]]
+    corrupted = [d for d in diffs if d != 0]
+    assert 45 <= len(corrupted) <= 140, len(corrupted)
+    # one flipped bit each, in the payload (the sequence number may be hit: then it reads as another or none)
+    assert all(d in (1, -1) or d > 0 for d in corrupted)
+    assert sum(d == 1 for d in corrupted) >= len(corrupted) * 0.7
+    await _revert(ctx, pair, out)
+    assert all(diff == 0 for _, diff in _burst(pair, 100)["got"])
+
+
+async def test_loss_drops_about_that_share(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx, out = await _apply(pair, "nq7", loss_percent=30)
+    res = _burst(pair, 300)
+    assert 45 <= res["sent"] - len(res["got"]) <= 140
+    await _revert(ctx, pair, out)
+
+
+async def test_a_dead_queue_reader_lets_traffic_through_bypass(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx, out = await _apply(pair, "nq8", delay_ms=300)
+    assert _rtts(pair, 3)[0] >= 0.29
+    os.kill(out["helper_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(out["helper_pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_chains(pair)) == 6  # the rule is still there, nobody reads its queue
+    assert _rtts(pair, 10)[5] < 0.05  # `--queue-bypass`: packets pass, they do not blackhole
+    await _revert(ctx, pair, out)  # the helper already gone is not an error
+
+
+async def test_bad_arguments_name_the_field_and_apply_nothing(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx = ActivityContext(run_id="nq9")
+    base = {"netns": pair.b, "interface": pair.veth_b}
+    for args, pattern in [
+        ({**base, "delay_ms": 10, "engine": "tc"}, r"arguments\.engine: Input should be 'auto', 'netem'"),
+        ({**base, "delay_ms": 10, "fix_checksums": True}, r"fix_checksums: only has a meaning with corrupt"),
+        ({**base, "corrupt_percent": 5, "fix_checksums": True, "engine": "netem"}, r"fix_checksums: netem"),
+        ({**base, "reorder_percent": 5}, "reorder_percent needs delay_ms"),
+        ({**base, "delay_ms": -1}, r"arguments\.delay_ms"),
+        ({**base, "interface": "nosuchif0", "delay_ms": 10}, r"^interface: no interface 'nosuchif0'"),
+        ({**base, "delay_ms": 10, "engine": "netem"}, r"^interface: this kernel has no sch_netem"),
+    ]:
+        with pytest.raises(DriverError, match=pattern) as err:
+            await get_activity("hostnet", "netem").invoke(ctx, args)
+        assert "\n" not in str(err.value)
+    assert ctx.reverts == [] and leases.list_leases() == [] and _chains(pair) == []
+    ctx2, out = await _apply(pair, "nq9b", delay_ms=10)
+    with pytest.raises(DriverError, match=r"^interface: .* already carries a Faultplane netem fault"):
+        await get_activity("hostnet", "netem").invoke(ctx, {**base, "delay_ms": 20})
+    assert ctx.reverts == [] and len(leases.list_leases()) == 1
+    await _revert(ctx2, pair, out)
+
+
+async def test_duration_removes_the_fault_by_itself(pair) -> None:  # type: ignore[no-untyped-def]
+    ctx = ActivityContext(run_id="nq10")
+    out = await get_activity("hostnet", "netem").invoke(
+        ctx, {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 50, "duration_seconds": 0.5}
+    )
+    assert out["removed_after_s"] == 0.5
+    assert _chains(pair) == [] and not _alive(out["helper_pid"]) and ctx.reverts == []
+    assert leases.list_leases() == []
+
+
+def test_watchdog_reverts_the_queue_rule_after_the_controller_is_sigkilled(pair, lease_env) -> None:  # type: ignore[no-untyped-def]
+    steps = [["hostnet", "netem", {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 200}]]
+    ctl = subprocess.Popen(
+        [sys.executable, "-c", STEPS_CONTROLLER, json.dumps(steps), "nq-sigkill", "no-secret-here"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=lease_env,
+    )
+    try:
+        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
+        assert _rtts(pair, 3)[0] >= 0.19
+        (lease,) = leases.list_leases()
+        helper = int(lease.args["pid"])
+        assert _alive(helper) and len(_chains(pair)) == 6
+        ctl.kill()
+        ctl.wait(5)
+        deadline = time.monotonic() + 60
+        while leases.list_leases() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert leases.list_leases() == []
+        while not (rows := leases.outcomes("nq-sigkill")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [r["ok"] for r in rows] == [True], rows
+        assert _chains(pair) == []
+        assert not _alive(helper)
+        assert _rtts(pair, 10)[5] < 0.05
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+            ctl.wait(5)
+        _stop_watchdogs()
