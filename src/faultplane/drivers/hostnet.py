@@ -1,11 +1,13 @@
-"""Host network faults without a proxy: packets dropped or rejected by nftables, bandwidth shaped and delay,
-loss, corruption, duplication and reordering emulated by tc qdiscs, in a network namespace or the host's own.
+"""Host network faults without a proxy: packets dropped or rejected by nftables, bandwidth shaped by tc tbf, and
+delay, jitter, loss, corruption, duplication and reordering by tc netem or, on kernels without sch_netem, by
+Faultplane's userspace NFQUEUE engine (:mod:`faultplane.drivers.nfqueue`), in a network namespace or the
+host's own.
 
-Each fault is one kernel object named after its lease (an nftables table ``inet fp_<id>`` or a root qdisc with
-Faultplane's handle), so the revert removes exactly that object and nothing an operator set up, and a revert
-of an object that is already gone is a no-op. nftables applies a whole table in one transaction: a fault is
-either fully in place or not at all. Needs CAP_NET_ADMIN (root) in the namespace.
-"""
+Each fault is one kernel object named after its lease (an nftables table ``inet fp_<id>``, a root qdisc with
+Faultplane's handle, or an iptables mangle chain ``fpq_<id>`` plus the helper process reading its queue), so
+the revert removes exactly that object and nothing an operator set up, and a revert of an object that is
+already gone is a no-op. nftables and iptables-restore apply a table or chain in one transaction: a fault is
+either fully in place or not at all. Needs CAP_NET_ADMIN (root) in the namespace."""
 
 from __future__ import annotations
 

@@ -1,17 +1,18 @@
-"""The userspace packet engine behind ``hostnet.netem`` on kernels without sch_netem: an nftables rule
-(``queue num N bypass``) hands an interface's outgoing packets to NFQUEUE N, and this module, run as a helper
-process inside the target network namespace, holds their verdicts (delay, jitter, reordering), drops them
-(loss), rewrites a bit of their payload (corruption) and sends a copy after them (duplication).
+"""The userspace packet engine behind ``hostnet.netem`` on kernels without sch_netem: a firewall rule
+(``-j NFQUEUE --queue-num N --queue-bypass``, see hostnet) hands an interface's outgoing packets to queue N,
+and this module, run as a helper process inside the target network namespace, holds their verdicts (delay,
+jitter, reordering), drops them (loss), rewrites a bit of their payload (corruption) and sends a copy after
+them (duplication).
 
 What it decides:
 - No library: the nfnetlink_queue protocol is a handful of fixed structs over an ``AF_NETLINK`` socket, spoken
   here with the standard library only, so nothing needs compiling (libnetfilter_queue) or installing.
-- Safe when it fails: the rule says ``bypass`` (no reader bound: packets pass) and the queue is bound with
+- Safe when it fails: the rule bypasses (no reader bound: packets pass) and the queue is bound with
   ``NFQA_CFG_F_FAIL_OPEN`` (queue full or reader too slow: packets pass). A dead engine never blackholes.
 - It lives exactly as long as its controller: stdin is a pipe whose other end only the controller holds; EOF
   (controller exited or was SIGKILLed) or SIGTERM (a revert) releases every held packet at once and exits.
-- Duplicates leave through a raw socket bound to the interface and marked with ``--mark``; the nftables rule
-  skips that mark, so a copy is not queued again.
+- Duplicates leave through a raw socket bound to the interface and marked with ``--mark``; the rule skips that
+  mark, so a copy is not queued again.
 - Corruption flips one random bit of the transport payload (after the TCP/UDP/ICMP header, so the packet
   still reaches its socket). By default the checksum is left as it was, so the receiving kernel drops the
   packet as netem's corruption usually does; ``fix_checksums`` recomputes it, so the altered bytes reach the
