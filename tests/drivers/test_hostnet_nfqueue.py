@@ -155,7 +155,16 @@ async def test_delay_holds_every_packet_at_least_that_long_and_rollback_restores
     assert udp[len(udp) // 2] < 1.0, udp  # generous: the machine is loaded
     tcp = pair.client(CONNECT_ECHO, pair.ip_b, "7002")
     assert tcp["ok"] and tcp["s"] >= 0.19, tcp  # the SYN-ACK and the echo both leave B: two delays
+    # the kernel's count: 30 echoes and the TCP exchange's packets went through the queue
+    queued = get_activity("hostnet", "queued_packets")
+    seen = await queued.invoke(ctx, {"netns": pair.b, "queue": out["queue"]})
+    assert seen["queued"] >= 33 and seen["overflowed"] == 0, seen
     await _revert(ctx, pair, out)
+    assert await queued.invoke(ctx, {"netns": pair.b, "queue": out["queue"]}) == {
+        "queued": 0,
+        "held": 0,
+        "overflowed": 0,
+    }
     assert _rtts(pair, 10)[5] < 0.05
 
 

@@ -560,3 +560,24 @@ async def _nfqueue_fault(ctx: ActivityContext, p: NetemParams) -> dict[str, Any]
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         out["removed_after_s"] = p.duration_seconds
     return out
+
+
+class QueueParams(_Where):
+    queue: int = Field(ge=0, le=65535, description="the queue a netem fault with the nfqueue engine reported")
+
+
+@probe("hostnet", "queued_packets", QueueParams)
+def queued_packets(ctx: ActivityContext, p: QueueParams) -> dict[str, int]:
+    """The kernel's account of an nfqueue netem fault (/proc/net/netfilter/nfnetlink_queue in its namespace):
+    packets handed to the engine so far, held right now, and dropped because the queue or socket overflowed
+    (0 for all once the fault is reverted and its queue unbound)."""
+    text = _run(p.netns, ["cat", "/proc/net/netfilter/nfnetlink_queue"])
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 8 and cols[0] == str(p.queue):
+            return {
+                "queued": int(cols[7]),
+                "held": int(cols[2]),
+                "overflowed": int(cols[5]) + int(cols[6]),
+            }
+    return {"queued": 0, "held": 0, "overflowed": 0}
