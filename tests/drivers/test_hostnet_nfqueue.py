@@ -168,6 +168,18 @@ async def test_delay_holds_every_packet_at_least_that_long_and_rollback_restores
     assert _rtts(pair, 10)[5] < 0.05
 
 
+async def test_a_delayed_tcp_flow_is_not_throttled_by_its_held_packets(pair) -> None:  # type: ignore[no-untyped-def]
+    from test_hostnet import DOWNLOAD
+
+    ctx, out = await _apply(pair, "nq12", delay_ms=100)
+    got = pair.client(DOWNLOAD, pair.ip_b, "7001")
+    assert got["bytes"] == 262144 and got["s"] >= 0.1, got
+    # Slow start needs ~5 round trips of ~0.1 s for 180 segments. Were the packets held in the kernel, each
+    # would count against the socket's TCP small queues budget: ~3 segments per 0.1 s, over 6 s.
+    assert got["s"] < 3.0, got
+    await _revert(ctx, pair, out)
+
+
 async def test_jitter_spreads_round_trips_on_both_sides_of_the_delay(pair) -> None:  # type: ignore[no-untyped-def]
     ctx, out = await _apply(pair, "nq2", delay_ms=80, jitter_ms=40)
     udp = _rtts(pair, 40)

@@ -1,8 +1,8 @@
 """The userspace packet engine behind ``hostnet.netem`` on kernels without sch_netem: a firewall rule
 (``-j NFQUEUE --queue-num N --queue-bypass``, see hostnet) hands an interface's outgoing packets to queue N,
-and this module, run as a helper process inside the target network namespace, holds their verdicts (delay,
-jitter, reordering), drops them (loss), rewrites a bit of their payload (corruption) and sends a copy after
-them (duplication).
+and this module, run as a helper process inside the target network namespace, holds them (delay, jitter,
+reordering), drops them (loss), rewrites a bit of their payload (corruption) and sends a copy after them
+(duplication).
 
 What it decides:
 - No library: the nfnetlink_queue protocol is a handful of fixed structs over an ``AF_NETLINK`` socket, spoken
@@ -11,8 +11,10 @@ What it decides:
   ``NFQA_CFG_F_FAIL_OPEN`` (queue full or reader too slow: packets pass). A dead engine never blackholes.
 - It lives exactly as long as its controller: stdin is a pipe whose other end only the controller holds; EOF
   (controller exited or was SIGKILLed) or SIGTERM (a revert) releases every held packet at once and exits.
-- Duplicates leave through a raw socket bound to the interface and marked with ``--mark``; the rule skips that
-  mark, so a copy is not queued again.
+- A delayed packet is held in this process, not in the kernel: its verdict is "drop" at once and the same
+  bytes leave at their time through a raw socket bound to the interface (a kernel-held packet would count
+  against its socket's send budget and throttle a TCP flow to a few packets per delay). Duplicates leave the
+  same way. That socket's packets carry ``--mark``, which the rule skips, so they are not queued again.
 - Corruption flips one random bit of the transport payload (after the TCP/UDP/ICMP header, so the packet
   still reaches its socket). By default the checksum is left as it was, so the receiving kernel drops the
   packet as netem's corruption usually does; ``fix_checksums`` recomputes it, so the altered bytes reach the
@@ -44,7 +46,7 @@ __all__ = ["Effects", "Queue", "corrupt", "main"]
 NETLINK_NETFILTER = 12
 SOL_NETLINK = 270
 NETLINK_NO_ENOBUFS = 5
-SO_RCVBUFFORCE = 33
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
 SO_MARK = 36
 NLMSG_ERROR = 2
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
@@ -263,6 +265,7 @@ class _Stats:
     corrupted: int = 0
     duplicated: int = 0
     reordered: int = 0
+    send_errors: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -275,7 +278,7 @@ class Engine:
         self.q, self.interface, self.mark, self.fx = queue, interface, mark, effects
         self.rng = random.Random(seed)
         self.stats = _Stats()
-        self._held: list[tuple[float, int, int, bytes | None, bytes | None]] = []
+        self._held: list[tuple[float, int, bytes, bytes | None]] = []
         self._n = 0
         self._raw: dict[int, socket.socket] = {}
 
@@ -299,27 +302,35 @@ class Engine:
             st.reordered += 1
             delay = 0  # as netem does: sent at once, ahead of the packets still held
         if delay <= 0:
-            self._release(packet_id, new, dup)
+            self.q.verdict(packet_id, NF_ACCEPT, new)
+            self._copy(dup)
             return
+        # Held here, not in the kernel: the original is dropped now and the same bytes are sent at their time.
+        # A packet the kernel holds still counts against its socket's send budget (TCP small queues, UDP
+        # sndbuf), which throttles a TCP flow to a few packets per delay; netem orphans its packets for the
+        # same reason.
+        self.q.verdict(packet_id, NF_DROP)
         st.delayed += 1
         self._n += 1
-        heapq.heappush(self._held, (now + delay / 1000.0, self._n, packet_id, new, dup))
+        heapq.heappush(self._held, (now + delay / 1000.0, self._n, new or pkt, dup))
 
-    def _release(self, packet_id: int, new: bytes | None, dup: bytes | None) -> None:
-        self.q.verdict(packet_id, NF_ACCEPT, new)
-        if dup is not None and self._send_copy(dup):
+    def _copy(self, dup: bytes | None) -> None:
+        if dup is not None and self._send(dup):
             self.stats.duplicated += 1
 
-    def _send_copy(self, pkt: bytes) -> bool:
+    def _send(self, pkt: bytes) -> bool:
+        """Send a whole IP packet out of the interface, marked so that the queue rule lets it pass."""
         version = pkt[0] >> 4
         family = socket.AF_INET if version == 4 else socket.AF_INET6
         sock = self._raw.get(family)
         try:
             if sock is None:
-                # IPPROTO_RAW: we give the whole IP header; the mark keeps the copy out of our own queue
+                # IPPROTO_RAW: we give the whole IP header
                 sock = socket.socket(family, socket.SOCK_RAW, socket.IPPROTO_RAW)
                 sock.setsockopt(socket.SOL_SOCKET, SO_MARK, struct.pack("=I", self.mark))
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, self.interface.encode())
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 8 << 20)
                 sock.setblocking(False)
                 self._raw[family] = sock
             if version == 4:
@@ -328,13 +339,15 @@ class Engine:
                 sock.sendto(pkt, (socket.inet_ntop(family, pkt[24:40]), 0, 0, 0))
             return True
         except OSError as exc:
-            self.stats.extra["copy_error"] = str(exc)
+            self.stats.send_errors += 1
+            self.stats.extra["send_error"] = str(exc)
             return False
 
     def release_due(self, now: float) -> None:
         while self._held and self._held[0][0] <= now:
-            _, _, packet_id, new, dup = heapq.heappop(self._held)
-            self._release(packet_id, new, dup)
+            _, _, pkt, dup = heapq.heappop(self._held)
+            self._send(pkt)
+            self._copy(dup)
 
     def next_due(self) -> float | None:
         return self._held[0][0] if self._held else None
@@ -342,9 +355,8 @@ class Engine:
     def flush(self) -> None:
         """Let every held packet go now (the fault ends: nothing stays delayed)."""
         while self._held:
-            _, _, packet_id, new, _ = heapq.heappop(self._held)
-            with contextlib.suppress(OSError):
-                self.q.verdict(packet_id, NF_ACCEPT, new)
+            _, _, pkt, _ = heapq.heappop(self._held)
+            self._send(pkt)
 
     def run(self, lifeline: int) -> None:
         qfd = self.q.sock.fileno()
