@@ -50,10 +50,13 @@ print(json.dumps(out))
 # in, each as [sequence number, bits that differ from what was sent], and the kernel's UDP checksum errors.
 UDP_BURST = r"""
 import json, socket, sys, time
+v6 = len(sys.argv) > 5 and sys.argv[5] == "6"
 def csum_errors():
+    if v6:
+        return int(next(l.split()[1] for l in open("/proc/net/snmp6") if l.startswith("Udp6InCsumErrors")))
     rows = [l.split() for l in open("/proc/net/snmp") if l.startswith("Udp:")]
     return int(rows[1][rows[0].index("InCsumErrors")])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
 dst, n, gap = (sys.argv[1], int(sys.argv[2])), int(sys.argv[3]), float(sys.argv[4])
 def payload(i):
@@ -353,6 +356,55 @@ def test_a_signalled_run_rolls_the_fault_back(pair, tmp_path: Path, signum: int)
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+UDP6_ECHO = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 7013))
+print("ready", flush=True)
+while True:
+    data, addr = s.recvfrom(2048)
+    s.sendto(data, addr)
+"""
+
+
+async def test_ipv6_packets_are_delayed_duplicated_and_corrupted_too(pair) -> None:  # type: ignore[no-untyped-def]
+    a6, b6 = "fd7a:fa17:0:1::1", "fd7a:fa17:0:1::2"
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=10)
+
+    sh("ip", "-n", pair.a, "addr", "add", f"{a6}/64", "dev", pair.veth_a, "nodad")
+    sh("ip", "-n", pair.b, "addr", "add", f"{b6}/64", "dev", pair.veth_b, "nodad")
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", pair.b, sys.executable, "-c", UDP6_ECHO, b6],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        clean = pair.client(UDP_BURST, b6, "7013", "50", "0.003", "6")
+        assert len(clean["got"]) == 50
+        ctx, out = await _apply(
+            pair, "nq13", delay_ms=20, duplicate_percent=30, corrupt_percent=30, fix_checksums=True
+        )
+        res = pair.client(UDP_BURST, b6, "7013", "300", "0.003", "6", timeout=120)
+        seqs = [i for i, _ in res["got"]]
+        assert len(set(seqs)) >= 285  # the IPv6 echoes all came back
+        assert 45 <= len(seqs) - len(set(seqs)) <= 140  # and about 30% twice
+        assert 45 <= sum(d == 1 for _, d in res["got"]) <= 160  # corrupted (duplicates share the flip)
+        assert res["csum_errors"] == 0  # the recomputed UDP/IPv6 checksums (with the pseudo-header) hold
+        await _revert(ctx, pair, out)
+    finally:
+        server.kill()
+        server.wait(5)
+        subprocess.run(
+            ["ip", "-n", pair.a, "addr", "del", f"{a6}/64", "dev", pair.veth_a], capture_output=True
+        )
+        subprocess.run(
+            ["ip", "-n", pair.b, "addr", "del", f"{b6}/64", "dev", pair.veth_b], capture_output=True
+        )
 
 
 def test_watchdog_reverts_the_queue_rule_after_the_controller_is_sigkilled(pair, lease_env) -> None:  # type: ignore[no-untyped-def]
