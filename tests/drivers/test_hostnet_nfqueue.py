@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ from test_hostnet import _has_netem
 from test_lease_hygiene import STEPS_CONTROLLER, _stop_watchdogs
 
 from clihelp import start_run
-from faultplane.drivers import leases
+from faultplane.drivers import leases, nfqueue
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
 from policy_helpers import use_lab_policy
 
@@ -438,3 +440,32 @@ def test_watchdog_reverts_the_queue_rule_after_the_controller_is_sigkilled(pair,
             ctl.kill()
             ctl.wait(5)
         _stop_watchdogs()
+
+
+def _ipv4_tcp(payload: bytes) -> bytes:
+    tcp = struct.pack("!HHIIBBHHH", 40000, 7000, 1, 1, 5 << 4, 0x10, 65535, 0, 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0, 64, 6, 0, bytes([10, 0, 0, 1]), bytes(4))
+    buf = bytearray(ip + tcp)
+    nfqueue.fix_checksum(buf)
+    return bytes(buf)
+
+
+def _verifies(pkt: bytes) -> bool:
+    """The receiver's check: pseudo-header + segment (checksum included) sums to 0xffff."""
+    seg = pkt[20:]
+    pseudo = pkt[12:20] + struct.pack("!BBH", 0, 6, len(seg))
+    return nfqueue._fold(pseudo + seg) == 0xFFFF
+
+
+def test_corruption_flips_one_payload_bit_and_leaves_bare_acks_alone() -> None:
+    rng = random.Random(7)
+    assert nfqueue.corrupt(_ipv4_tcp(b""), True, rng) is None  # no payload: nothing to corrupt
+    pkt = _ipv4_tcp(b"hello, world")
+    assert _verifies(pkt)
+    for fix in (False, True):
+        bad = nfqueue.corrupt(pkt, fix, rng)
+        assert bad is not None and len(bad) == len(pkt)
+        flipped = [i for i, (x, y) in enumerate(zip(pkt, bad, strict=True)) if x != y and i not in (36, 37)]
+        assert len(flipped) == 1 and flipped[0] >= 40  # one byte of the payload, never a header
+        assert bin(pkt[flipped[0]] ^ bad[flipped[0]]).count("1") == 1
+        assert _verifies(bad) is fix  # the checksum still matches only when fixed
