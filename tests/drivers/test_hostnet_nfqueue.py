@@ -469,3 +469,25 @@ def test_corruption_flips_one_payload_bit_and_leaves_bare_acks_alone() -> None:
         assert len(flipped) == 1 and flipped[0] >= 40  # one byte of the payload, never a header
         assert bin(pkt[flipped[0]] ^ bad[flipped[0]]).count("1") == 1
         assert _verifies(bad) is fix  # the checksum still matches only when fixed
+
+
+class _Verdicts:
+    """Stands in for the netlink socket only to record the engine's decisions (the bound is the point)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int]] = []
+
+    def verdict(self, packet_id: int, verdict: int, payload: bytes | None = None) -> None:
+        self.sent.append((packet_id, verdict))
+
+
+def test_delayed_packets_beyond_the_bound_pass_undelayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nfqueue, "_MAX_HELD", 3)
+    q = _Verdicts()
+    engine = nfqueue.Engine(q, "lo", 1, nfqueue.Effects(delay_ms=1000))  # type: ignore[arg-type]
+    for i in range(5):
+        engine.handle(i, _ipv4_tcp(b"x"), time.monotonic())
+    # the first three are taken from the kernel (dropped there, kept here); the rest pass at once
+    drop, accept = nfqueue.NF_DROP, nfqueue.NF_ACCEPT
+    assert q.sent == [(0, drop), (1, drop), (2, drop), (3, accept), (4, accept)]
+    assert engine.stats.overflowed == 2 and engine.stats.delayed == 3

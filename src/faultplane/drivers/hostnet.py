@@ -569,7 +569,8 @@ class QueueParams(_Where):
 @probe("hostnet", "queued_packets", QueueParams)
 def queued_packets(ctx: ActivityContext, p: QueueParams) -> dict[str, int]:
     """The kernel's account of an nfqueue netem fault (/proc/net/netfilter/nfnetlink_queue in its namespace):
-    packets handed to the engine so far, held right now, and dropped because the queue or socket overflowed
+    packets handed to the engine so far, awaiting a verdict in the kernel now (near 0: the engine keeps delayed
+    packets itself), and passed by fail-open because the queue or socket overflowed
     (0 for all once the fault is reverted and its queue unbound)."""
     text = _run(p.netns, ["cat", "/proc/net/netfilter/nfnetlink_queue"])
     for line in text.splitlines():

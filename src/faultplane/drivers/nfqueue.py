@@ -59,7 +59,8 @@ NFQA_CFG_F_FAIL_OPEN = 1
 NFQA_PACKET_HDR, NFQA_VERDICT_HDR, NFQA_PAYLOAD = 1, 2, 10
 NF_DROP, NF_ACCEPT = 0, 1
 _NLA_TYPE_MASK = 0x3FFF
-_MAXLEN = 16384  # packets held at once; beyond, fail-open lets new ones pass undelayed rather than drop them
+_MAXLEN = 16384  # packets awaiting a verdict in the kernel; beyond, fail-open lets new ones pass
+_MAX_HELD = 65536  # delayed packets this process keeps at once; beyond, new ones pass undelayed
 
 
 def _attr(kind: int, data: bytes) -> bytes:
@@ -266,6 +267,7 @@ class _Stats:
     duplicated: int = 0
     reordered: int = 0
     send_errors: int = 0
+    overflowed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -301,6 +303,9 @@ class Engine:
         if fx.reorder_percent and self._chance(fx.reorder_percent):
             st.reordered += 1
             delay = 0  # as netem does: sent at once, ahead of the packets still held
+        if delay > 0 and len(self._held) >= _MAX_HELD:
+            st.overflowed += 1  # fail open, as the kernel queue does: memory stays bounded
+            delay = 0
         if delay <= 0:
             self.q.verdict(packet_id, NF_ACCEPT, new)
             self._copy(dup)
