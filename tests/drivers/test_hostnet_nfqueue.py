@@ -491,3 +491,22 @@ def test_delayed_packets_beyond_the_bound_pass_undelayed(monkeypatch: pytest.Mon
     drop, accept = nfqueue.NF_DROP, nfqueue.NF_ACCEPT
     assert q.sent == [(0, drop), (1, drop), (2, drop), (3, accept), (4, accept)]
     assert engine.stats.overflowed == 2 and engine.stats.delayed == 3
+
+
+async def test_a_helper_that_cannot_start_fails_clearly_and_leaves_nothing(
+    pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    broken = tmp_path / "python"
+    broken.write_text(
+        "#!/bin/sh\necho 'Traceback ...' >&2\necho 'OSError: no nfnetlink_queue here' >&2\nexit 3\n"
+    )
+    broken.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(broken))  # the interpreter the helper is started with
+    ctx = ActivityContext(run_id="nq14")
+    with pytest.raises(
+        DriverError, match=r"^engine: the nfqueue helper exited with 3: OSError: no nfnetlink"
+    ):
+        await get_activity("hostnet", "netem").invoke(
+            ctx, {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 10}
+        )
+    assert ctx.reverts == [] and leases.list_leases() == [] and _chains(pair) == []

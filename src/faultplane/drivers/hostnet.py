@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -473,29 +474,32 @@ def _spawn_helper(p: NetemParams) -> tuple[subprocess.Popen[str], int, float]:
     argv += ["--effects", json.dumps(effects)]
     if p.netns is not None:
         argv = ["ip", "netns", "exec", p.netns, *argv]  # exec, not fork: the pid is the helper's
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,  # its lifeline: EOF when this process ends, however it ends
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        start_new_session=True,  # a Ctrl-C for the controller is the controller's to handle
-    )
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], 30.0)
-    line = proc.stdout.readline() if ready else ""
-    try:
-        info = json.loads(line) if line else {}
-    except ValueError:
-        info = {}
-    if not info.get("ready"):
-        proc.kill()
-        proc.wait(5)
-        why = info.get("error") or (
-            "did not start in 30 s" if not ready else f"exited with {proc.returncode}"
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: nobody reads it once the helper runs
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,  # its lifeline: EOF when this process ends, however it ends
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=env,
+            start_new_session=True,  # a Ctrl-C for the controller is the controller's to handle
         )
-        raise DriverError(f"engine: the nfqueue helper {why}")
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+        line = proc.stdout.readline() if ready else ""
+        try:
+            info = json.loads(line) if line else {}
+        except ValueError:
+            info = {}
+        if not info.get("ready"):
+            proc.kill()
+            proc.wait(5)
+            errors.seek(0)
+            last = (errors.read().decode(errors="replace").strip().splitlines() or [""])[-1][:300]
+            why = info.get("error") or (
+                "did not start in 30 s" if not ready else f"exited with {proc.returncode}: {last}"
+            )
+            raise DriverError(f"engine: the nfqueue helper {why}")
     _HELPERS[proc.pid] = proc
     return proc, int(info["queue"]), psutil.Process(proc.pid).create_time()
 
