@@ -510,3 +510,29 @@ async def test_a_helper_that_cannot_start_fails_clearly_and_leaves_nothing(
             ctx, {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 10}
         )
     assert ctx.reverts == [] and leases.list_leases() == [] and _chains(pair) == []
+
+
+async def test_a_rule_that_half_applies_is_taken_back(pair, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from faultplane.drivers import hostnet
+
+    real = hostnet._chain_rules
+    calls: list[str] = []
+
+    def ipv6_refused(chain: str, iface: str, queue: int) -> str:
+        calls.append(chain)  # iptables first, then ip6tables: the second script names a chain nobody made
+        return (
+            real(chain, iface, queue)
+            if len(calls) == 1
+            else "*mangle\n-A fpq_nosuchchain -j ACCEPT\nCOMMIT\n"
+        )
+
+    monkeypatch.setattr(hostnet, "_chain_rules", ipv6_refused)
+    ctx = ActivityContext(run_id="nq15")
+    with pytest.raises(DriverError, match=r"^ip6tables-restore in netns .* failed"):
+        await get_activity("hostnet", "netem").invoke(
+            ctx, {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 10}
+        )
+    assert len(calls) == 2
+    assert _chains(pair) == []  # the IPv4 half that went in was removed
+    assert ctx.reverts == [] and leases.list_leases() == []
+    assert not [p for p in psutil.Process().children() if "faultplane.drivers.nfqueue" in p.cmdline()]
