@@ -188,7 +188,7 @@ def plan(
     if ctk_compat is not None:
         experiment.runtime.ctk_compat = ctk_compat
     if experiment.load is not None:
-        from faultplane.engine.load import parse_load_spec
+        from faultplane.engine.load_spec import parse_load_spec
 
         parse_load_spec(experiment.load)  # raises ExperimentError naming load.<field>
     family = experiment.family or _slug(experiment.title)
