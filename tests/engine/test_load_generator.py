@@ -250,7 +250,7 @@ def test_a_missing_url_or_rate_is_named() -> None:
 async def test_latency_buckets_are_capped_counts_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
     """A long or fast run keeps bounded memory: past the cap the oldest seconds lose their latency buckets (the
     HDR totals and the per-second rows already have them) but keep their counts."""
-    import faultplane.engine.load as load_mod
+    import faultplane.engine.load_generator as load_mod
 
     monkeypatch.setattr(load_mod, "RETAINED_BUCKETS", 40)
     with server(lambda n: (200, 0.0)) as (url, _):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from faultplane.core.formats import ValidationIssue
+    from faultplane.core.issues import ValidationIssue
 
 __all__ = ["ExperimentError"]
 

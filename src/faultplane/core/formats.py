@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from faultplane.core.errors import ExperimentError
+from faultplane.core.issues import ValidationIssue
 
 __all__ = [
     "ExperimentError",
@@ -27,15 +28,6 @@ __all__ = [
 Format = Literal["json", "yaml", "toon"]
 
 _TOON_HEADER = re.compile(r"^\s*[\w\".-]+\[#?\d+[^\]]*\](\{.*\})?:", re.MULTILINE)
-
-
-class ValidationIssue(BaseModel):
-    field: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message} (fix: {self.fix})"
 
 
 def detect_format(text: str, filename: str | None = None) -> Format:

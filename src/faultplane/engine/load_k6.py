@@ -35,7 +35,7 @@ from typing import Any
 
 import anyio
 
-from faultplane.engine.load import _SLOT_S, LoadGenerator
+from faultplane.engine.load_generator import _SLOT_S, LoadGenerator
 
 __all__ = ["K6Load", "k6_binary"]
 

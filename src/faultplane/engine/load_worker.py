@@ -1,8 +1,8 @@
 """One load-generator worker process: a lean HTTP/1.1 client on raw asyncio protocols (uvloop when present).
 
-Run by `faultplane.engine.load.LoadGenerator` as `python -m faultplane.engine.load_worker`; nothing else imports
-it. It imports only the standard library, httptools and uvloop, so a worker starts in a fraction of a second
-and none of its CPU goes to the engine's machinery.
+Run by `faultplane.engine.load_generator.LoadGenerator` as `python -m faultplane.engine.load_worker`; nothing
+else imports it. It imports only the standard library, httptools and uvloop, so a worker starts in a fraction of
+a second and none of its CPU goes to the engine's machinery.
 
 Protocol with the parent (stdin/stdout, the parent's pipes):
 - stdin, line 1: the job as JSON (see `Job`); the worker answers with a `ready` frame;
