@@ -257,14 +257,14 @@ class Judge:
         """`server_asks`: the Faultplane MCP server asks a person itself (elicitation) when only an approval is
         missing, and its engine verifies the answer, so the hook leaves that one refusal to it."""
         from faultplane.core.formats import ExperimentError
-        from faultplane.services.guard import _decide, prepare
+        from faultplane.services.prepared import decide, prepare
 
         try:
             prepared = prepare(source, variables)
         except (ExperimentError, LookupError, OSError, ValueError) as exc:
             raise Refuse(f"cannot read experiment {label} to check it against the policy: {exc}") from None
         self.checked.append(label)
-        decision = _decide(prepared, self.policy(), self.store(store_path), approval_token)
+        decision = decide(prepared, self.policy(), self.store(store_path), approval_token)
         if server_asks and all(v.rule == "approval.required" for v in decision.violations):
             return
         if not decision.allowed:
