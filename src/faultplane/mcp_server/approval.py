@@ -548,7 +548,7 @@ class ApprovalBroker:
         from faultplane.core.formats import ExperimentError
         from faultplane.core.policy import PolicyError, load_policy
         from faultplane.engine.lifecycle import evaluate_document
-        from faultplane.services.guard import prepare
+        from faultplane.services.prepared import prepare
 
         def check() -> tuple[Any, Any, Any] | None:
             try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from faultplane.reports.evidence import Evidence, evidence
 
-__all__ = ["postmortem"]
+__all__ = ["postmortem", "window_figures"]
 
 
 def _pct(x: float | None) -> str:
@@ -27,7 +27,7 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0f} ms"
 
 
-def _window_figures(ev: Evidence) -> dict[str, Any]:
+def window_figures(ev: Evidence) -> dict[str, Any]:
     """Load totals inside the fault window (inject -> recover), from the per-second series."""
     lo = ev.fault_start if ev.fault_start is not None else float("-inf")
     hi = ev.fault_end if ev.fault_end is not None else float("inf")
@@ -157,7 +157,7 @@ def postmortem(journal: Mapping[str, Any]) -> str:
     ev = evidence(journal)
     title = (journal.get("experiment") or {}).get("title") or "the experiment"
     status = journal.get("status") or "unknown"
-    win = _window_figures(ev)
+    win = window_figures(ev)
     parts: list[str] = []
     measured = ""
     if ev.series:

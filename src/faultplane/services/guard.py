@@ -1,5 +1,6 @@
-"""Guardrail capabilities shared by every surface: check an experiment, approve it, and judge an agent's tool
-call before it happens (the PreToolUse hook).
+"""Guardrail capabilities shared by every surface: check an experiment, approve it, show the policy in force.
+Judging an agent's tool call before it happens is the PreToolUse hook's (`faultplane.hook.judge`, which asks
+the same engine evaluation through `services.prepared`).
 
 The hook is a seatbelt in front of the engine, not a replacement for it: the engine evaluates the same policy
 again in phase 0. So when the hook cannot resolve something an experiment needs (an unset environment
@@ -10,7 +11,6 @@ experiment at all, it blocks, because then it cannot know.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,73 +21,20 @@ from faultplane.core.policy import (
     load_policy,
 )
 from faultplane.core.store import Store
+from faultplane.services.prepared import PreparedExperiment, decide, prepare
 
 __all__ = [
-    "HookVerdict",
     "PreparedExperiment",
     "approve_experiment",
     "check_experiment",
-    "judge_tool_call",
     "prepare",
     "show_policy",
 ]
 
 
-# ---- loading an experiment the way the engine sees it ------------------------------------------------------
-
-
-@dataclass
-class PreparedExperiment:
-    document: dict[str, Any]  # what the policy reads: resolved, with the configuration's final values
-    content_hash: str
-    family: str
-    resolved: bool  # False: variables could not be resolved here; the document is the file as written
-    approval_hash: str = ""  # what an approval is bound to: the resolved content, secrets digested
-    secret_values: list[str] = field(default_factory=list)
-
-
-def prepare(
-    source: str | Path | Mapping[str, Any], variables: Mapping[str, Any] | None = None
-) -> PreparedExperiment:
-    """Load and plan the experiment exactly as the engine does, so hashes and families agree."""
-    from faultplane.core.formats import ExperimentError, load_document
-    from faultplane.engine.lifecycle import approval_hash, plan, policy_document
-    from faultplane.services.experiments import find_experiment
-
-    if isinstance(source, str) and "\n" not in source and not Path(source).suffix and "{" not in source:
-        source = find_experiment(source)  # a listed experiment name (LookupError names the known ones)
-    raw = load_document(source)
-    try:
-        p = plan(raw, variables)
-    except ExperimentError:
-        from faultplane.core.policy import approval_hash as raw_approval_hash
-        from faultplane.core.policy import content_hash, experiment_family
-
-        return PreparedExperiment(
-            dict(raw), content_hash(raw), experiment_family(raw), False, raw_approval_hash(raw)
-        )
-    return PreparedExperiment(
-        policy_document(p), p.content_hash, p.family, True, approval_hash(p), list(p.secret_values)
-    )
-
-
-def _decide(
-    prepared: PreparedExperiment, policy: Policy, store: Store | None, approval_token: str | None
-) -> PolicyDecision:
-    """The engine's own evaluation (same driver catalog, same hashes), never a look-alike of it."""
-    from faultplane.engine.lifecycle import evaluate_document
-
-    decision: PolicyDecision = evaluate_document(
-        prepared.document,
-        policy,
-        store,
-        approval_token,
-        content_hash=prepared.content_hash,
-        family=prepared.family,
-        secret_values=prepared.secret_values,
-        approval_hash=prepared.approval_hash,
-    )
-    return decision
+# Loading an experiment the way the engine sees it, and the engine's decision on it, live in
+# services.prepared (the hook uses them too, and must not import this module for them).
+_decide = decide
 
 
 def check_experiment(
@@ -193,6 +140,14 @@ def show_policy(policy_path: str | Path | None = None, *, start: str | Path | No
 
 
 # ---- the agent hook ---------------------------------------------------------------------------------------
-# It lives in faultplane.hook (a lean package: the hook runs before every shell command an agent issues);
-# these names stay importable from here.
-from faultplane.hook.judge import HookVerdict, judge_tool_call  # noqa: E402
+# It lives in faultplane.hook, a surface above this layer (and a lean package: the hook runs before every shell
+# command an agent issues). HookVerdict and judge_tool_call stay importable from here for older callers, loaded
+# only when asked for, so this module does not depend on the hook.
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("HookVerdict", "judge_tool_call"):
+        from faultplane.hook import judge
+
+        return getattr(judge, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

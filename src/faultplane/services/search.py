@@ -6,24 +6,18 @@ any other run. The measured SLI comes from the trial's journal (a gate's samples
 load generator's figures). An optuna sampler proposes the next parameters: NSGA-II (a genetic algorithm) by
 default, TPE or random on request, seeded so a search can be replayed.
 
-Fitness (minimised), with `margin` the signed distance of the measurement past the bound, relative to the bound
-(positive = on the breaching side) and `severity` in [0, 1] how hard the fault pushes (0 = gentlest):
-
-    breached:      f = min(ln(1 + margin), 10) + 0.1 * severity     (just past the bound, smallest fault first)
-    not breached:  f = 11 + min(ln(1 + |margin|), 10)                (any breach beats any hold; nearer is better)
-
-The logarithm keeps an error rate of 60% against a 1% budget (margin 59) distinguishable from one of 7%
-(margin 6) without letting either swamp the severity term near the bound.
-
-The answer is the breaching trial with the lowest f, and next to it the most severe trial that still held:
-together they bracket the boundary. Every trial and the search itself are stored (tables `searches`,
+The answer is the breaching trial with the lowest fitness, and next to it the most severe trial that still
+held: together they bracket the boundary. Every trial and the search itself are stored (tables `searches`,
 `search_trials`).
+
+What a search spec may say is in `search_spec`, how a trial is measured and scored (the fitness formula) in
+`search_fitness`, where a search is kept in `search_store`; this module runs one. Every name callers import
+from here stays importable from here.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -31,10 +25,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from faultplane.core.formats import ExperimentError, ValidationIssue, issues_from_pydantic, load_document
+from faultplane.core.formats import ExperimentError, ValidationIssue
 from faultplane.core.store import Store, open_store
+from faultplane.services.search_fitness import breaches_bound, describe_objective, fitness, measure
+from faultplane.services.search_spec import (
+    Objective,
+    ParamSpec,
+    SearchResult,
+    SearchSpec,
+    TrialResult,
+    load_search_spec,
+    with_overrides,
+)
+from faultplane.services.search_store import SEARCH_MIGRATIONS, list_searches, persist_search
 
 __all__ = [
     "Objective",
@@ -44,350 +48,12 @@ __all__ = [
     "TrialResult",
     "list_searches",
     "load_search_spec",
+    "measure",
     "run_search",
     "with_overrides",
 ]
 
-_MIGRATIONS = [
-    (
-        "search-001",
-        [
-            """CREATE TABLE IF NOT EXISTS searches (
-                search_id VARCHAR PRIMARY KEY,
-                started_at TIMESTAMPTZ,
-                ended_at TIMESTAMPTZ,
-                experiment_title VARCHAR,
-                sampler VARCHAR,
-                seed BIGINT,
-                budget INTEGER,
-                trials INTEGER,
-                status VARCHAR,
-                found_breach BOOLEAN,
-                objective VARCHAR,
-                best_trial INTEGER,
-                best_params VARCHAR,
-                best_measured DOUBLE,
-                boundary VARCHAR,
-                spec VARCHAR
-            )""",
-            """CREATE TABLE IF NOT EXISTS search_trials (
-                search_id VARCHAR,
-                trial INTEGER,
-                params VARCHAR,
-                run_id VARCHAR,
-                run_status VARCHAR,
-                measured DOUBLE,
-                breached BOOLEAN,
-                margin DOUBLE,
-                severity DOUBLE,
-                fitness DOUBLE,
-                duration_s DOUBLE,
-                note VARCHAR
-            )""",
-        ],
-    )
-]
-
-_MARGIN_CAP = 10.0
-_SEVERITY_WEIGHT = 0.1
-_HOLD_OFFSET = _MARGIN_CAP + 1.0
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ParamSpec(_Strict):
-    """One searched parameter: a number range (int or float) or a list of choices."""
-
-    type: Literal["int", "float", "categorical"] = "float"
-    low: float | None = None
-    high: float | None = None
-    step: float | None = Field(None, gt=0)
-    log: bool = False
-    choices: list[Any] | None = None
-    severity: Literal["increasing", "decreasing"] = Field(
-        "increasing",
-        description="which way the fault gets worse: increasing (more latency) or decreasing (a smaller pool)",
-    )
-
-    @model_validator(mode="after")
-    def _shape(self) -> ParamSpec:
-        if self.type == "categorical":
-            if not self.choices:
-                raise ValueError("a categorical parameter needs `choices: [...]` (at least one)")
-            return self
-        if self.low is None or self.high is None:
-            raise ValueError(f"a {self.type} parameter needs `low` and `high`")
-        if not self.low < self.high:
-            raise ValueError(f"`low` ({self.low:g}) must be below `high` ({self.high:g})")
-        if self.log and self.low <= 0:
-            raise ValueError("`log: true` needs `low` > 0")
-        if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
-            raise ValueError("an int parameter needs whole-number `low` and `high`")
-        return self
-
-    def severity_of(self, value: Any) -> float:
-        if self.type == "categorical":
-            assert self.choices is not None
-            pos = self.choices.index(value) / max(1, len(self.choices) - 1) if value in self.choices else 0.5
-        else:
-            assert self.low is not None and self.high is not None
-            pos = (float(value) - self.low) / (self.high - self.low)
-        pos = min(1.0, max(0.0, pos))
-        return pos if self.severity == "increasing" else 1.0 - pos
-
-
-class Objective(_Strict):
-    """What is measured, and the bound it is measured against."""
-
-    source: Literal["gate", "probe", "load"] = Field(
-        description="gate: an SLO gate's samples; probe: a named probe's outputs; load: the load figures"
-    )
-    name: str = Field(
-        min_length=1, description="the gate name, the probe's activity name, or the load figure"
-    )
-    value_path: str | None = Field(None, description="dotted path to the number in a probe's output")
-    op: Literal[">", ">=", "<", "<="] | None = Field(
-        None, description="the breaching side (default: the gate's own operator, else `>`)"
-    )
-    bound: float | None = Field(None, description="the SLO bound (default: the gate's threshold)")
-
-    @model_validator(mode="after")
-    def _bound(self) -> Objective:
-        if self.source != "gate" and self.bound is None:
-            raise ValueError(f"objective.bound is needed for source {self.source!r} (e.g. bound: 1000)")
-        return self
-
-
-class SearchSpec(_Strict):
-    experiment: str | dict[str, Any] = Field(
-        description="a file path, a listed name, or the experiment itself"
-    )
-    parameters: dict[str, ParamSpec] = Field(min_length=1)
-    objective: Objective
-    budget: int = Field(12, ge=1, le=200, description="most trials (each one a real experiment run)")
-    seed: int = 0
-    sampler: Literal["nsga2", "tpe", "random"] = "nsga2"
-    population: int | None = Field(None, ge=2, le=100, description="NSGA-II population (default from budget)")
-    variables: dict[str, Any] = Field(default_factory=dict, description="fixed values for other variables")
-    stop_after_breaches: int | None = Field(
-        None, ge=1, description="end early after this many breaching trials"
-    )
-    cooldown_s: float = Field(0.0, ge=0, le=300, description="pause between trials so the system settles")
-    policy: str | None = Field(
-        None,
-        description="policy file (default: the one in force); refused when the search comes from an agent "
-        "(MCP), which always runs under the server's policy",
-    )
-
-
-class TrialResult(BaseModel):
-    trial: int
-    params: dict[str, Any]
-    run_id: str | None
-    run_status: str
-    measured: float | None
-    breached: bool
-    margin: float | None
-    severity: float
-    fitness: float | None
-    duration_s: float
-    note: str | None = None
-
-
-class SearchResult(BaseModel):
-    search_id: str
-    status: Literal["completed", "refused", "stopped", "interrupted"] = Field(
-        description="completed: the budget was spent; stopped: the breach limit was reached; refused: the "
-        "policy stopped it; interrupted: cancelled or aborted before its budget was spent"
-    )
-    experiment_title: str
-    sampler: str
-    seed: int
-    budget: int
-    objective: str
-    found_breach: bool
-    best: TrialResult | None = Field(description="the breaching trial closest to the bound")
-    boundary: dict[str, Any] | None = Field(
-        description="{holds: params of the most severe trial that held, breaches: params of `best`}"
-    )
-    trials: list[TrialResult]
-    elapsed_s: float
-    message: str
-
-
-def load_search_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
-    """A search spec from a YAML/JSON file, text, mapping or the name of a bundled spec (`search-payment`);
-    relative experiment and policy paths follow the file."""
-    base: Path | None = None
-    if isinstance(source, Mapping):
-        data = dict(source)
-    else:
-        if isinstance(source, str) and _looks_like_name(source):
-            source = _find_spec(source)
-        elif isinstance(source, str) and "\n" not in source and source.lstrip().startswith("{"):
-            source += "\n"  # one-line JSON text, not a path that happens to contain a dot
-        if isinstance(source, Path) or (
-            isinstance(source, str) and "\n" not in source and len(source) < 4096 and Path(source).is_file()
-        ):
-            base = Path(source).resolve().parent
-        try:
-            data = load_document(source)
-        except ExperimentError as exc:
-            # load_document speaks of experiments; here the document is the search spec
-            raise ExperimentError(
-                [
-                    ValidationIssue(
-                        field="spec" if i.field == "experiment" else i.field,
-                        message=i.message,
-                        fix="pass a search spec file (.yaml/.json), its YAML/JSON text, or a bundled spec "
-                        "name such as search-payment",
-                    )
-                    for i in exc.issues
-                ]
-            ) from None
-    if "method" in data and "parameters" not in data:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="spec",
-                    message="this is an experiment, not a search spec",
-                    fix="write a search spec that names it: experiment: <its path>, parameters: {...}, "
-                    "objective: {...} (docs/gamedays.md, 'Boundary search')",
-                )
-            ]
-        )
-    try:
-        spec = SearchSpec.model_validate(data)
-    except ValidationError as exc:
-        raise ExperimentError(issues_from_pydantic(exc)) from None
-    if base is not None and isinstance(spec.experiment, str):
-        candidate = base / spec.experiment
-        if candidate.is_file():
-            spec.experiment = str(candidate)
-    if base is not None and spec.policy and not Path(spec.policy).expanduser().is_absolute():
-        spec.policy = str(base / spec.policy)
-    return spec
-
-
-def with_overrides(spec: SearchSpec, **changes: Any) -> SearchSpec:
-    """`spec` with some fields replaced (None leaves a field as it is) and `variables` merged over its own;
-    raises ExperimentError naming the field when a value is out of range."""
-    data = spec.model_dump()
-    extra = changes.pop("variables", None) or {}
-    data.update({k: v for k, v in changes.items() if v is not None})
-    data["variables"] = {**spec.variables, **extra}
-    try:
-        return SearchSpec.model_validate(data)
-    except ValidationError as exc:
-        raise ExperimentError(issues_from_pydantic(exc)) from None
-
-
-def _looks_like_name(text: str) -> bool:
-    return (
-        "\n" not in text
-        and "{" not in text
-        and ":" not in text
-        and not Path(text).suffix
-        and (not Path(text).exists())
-    )
-
-
-def _find_spec(name: str) -> Path:
-    """A spec by name, in the directories experiments are listed from (the bundled examples last)."""
-    from faultplane.services.experiments import experiment_dirs
-
-    for d in experiment_dirs():
-        for suffix in (".yaml", ".yml", ".json"):
-            if (d / f"{name}{suffix}").is_file():
-                return d / f"{name}{suffix}"
-    raise ExperimentError(
-        [
-            ValidationIssue(
-                field="spec",
-                message=f"no search spec file or bundled spec named {name!r}",
-                fix="pass a search spec file path, or a bundled spec name such as search-payment",
-            )
-        ]
-    )
-
-
-def _describe(obj: Objective, gate: Any | None) -> tuple[str, float, str]:
-    """(op, bound, text) with gate defaults filled in."""
-    op = obj.op
-    bound = obj.bound
-    if gate is not None:
-        pred = gate.predicate
-        op = op or (pred.op if pred.op in (">", ">=", "<", "<=") else ">")
-        bound = bound if bound is not None else pred.threshold
-    op = op or ">"
-    assert bound is not None
-    return (
-        op,
-        bound,
-        f"{obj.source} {obj.name}{'.' + obj.value_path if obj.value_path else ''} {op} {bound:g}",
-    )
-
-
-def _breaches(op: str, value: float, bound: float) -> bool:
-    return {">": value > bound, ">=": value >= bound, "<": value < bound, "<=": value <= bound}[op]
-
-
-def _worst(values: list[float], op: str) -> float | None:
-    if not values:
-        return None
-    return max(values) if op in (">", ">=") else min(values)
-
-
-def measure(journal: Mapping[str, Any], obj: Objective, op: str) -> tuple[float | None, bool, str | None]:
-    """(worst measured value, whether a gate recorded its breach, note) from one trial's journal."""
-    from faultplane.engine.sli import SliError, to_number
-
-    if obj.source == "gate":
-        gates = journal.get("gates") or {}
-        vals = [
-            float(s["value"])
-            for s in gates.get("samples") or []
-            if s.get("gate") == obj.name and isinstance(s.get("value"), int | float)
-        ]
-        breach = gates.get("breach") or {}
-        tripped = breach.get("gate") == obj.name
-        note = None
-        if tripped and breach.get("value") is None:
-            note = f"gate tripped without a reading: {breach.get('reason') or breach.get('error')}"
-        return _worst(vals, op), tripped, note
-    if obj.source == "probe":
-        runs: list[Mapping[str, Any]] = list(journal.get("run") or [])
-        for key in ("before", "after"):
-            runs += ((journal.get("steady_states") or {}).get(key) or {}).get("probes") or []
-        vals = []
-        errors = []
-        for r in runs:
-            if (r.get("activity") or {}).get("name") != obj.name:
-                continue
-            if r.get("status") != "succeeded":
-                errors.append(r.get("exception") or r.get("status"))
-                continue
-            try:
-                vals.append(to_number(r.get("output"), obj.value_path))
-            except SliError as exc:
-                errors.append(str(exc))
-        note = f"probe {obj.name!r} had no reading: {errors[0]}" if errors and not vals else None
-        if not vals and not errors:
-            note = f"no probe named {obj.name!r} ran in this trial"
-        return _worst(vals, op), False, note
-    load = dict(journal.get("load") or {})
-    # the load summary keeps run-wide percentiles under latency_ms.{p50,p95,p99}: accept the gates' names
-    for key, val in (load.get("latency_ms") or {}).items():
-        load.setdefault(f"latency_{key}", val)
-    for container in (load, load.get("summary") or {}, load.get("inject") or {}, load.get("during") or {}):
-        if isinstance(container, Mapping) and obj.name in container:
-            try:
-                return to_number(container[obj.name], obj.value_path), False, None
-            except SliError as exc:
-                return None, False, str(exc)
-    return None, False, f"the journal has no load figure {obj.name!r} (does the experiment declare `load:`?)"
+_MIGRATIONS = SEARCH_MIGRATIONS  # the name this module gave the tables before they moved to search_store
 
 
 def _sampler(spec: SearchSpec) -> Any:
@@ -413,12 +79,6 @@ def _distributions(spec: SearchSpec) -> dict[str, Any]:
         else:
             out[name] = FloatDistribution(float(p.low or 0), float(p.high or 0), step=p.step, log=p.log)
     return out
-
-
-def _fitness(breached: bool, margin: float, severity: float) -> float:
-    if breached:
-        return min(math.log1p(max(margin, 0.0)), _MARGIN_CAP) + _SEVERITY_WEIGHT * severity
-    return _HOLD_OFFSET + min(math.log1p(abs(margin)), _MARGIN_CAP)
 
 
 async def run_search(
@@ -478,7 +138,7 @@ async def run_search(
             ]
         ) from None
     store = store or open_store()
-    store.ensure_schema("search", _MIGRATIONS)
+    store.ensure_schema("search", SEARCH_MIGRATIONS)
     raw = _load(spec.experiment if isinstance(spec.experiment, str) else dict(spec.experiment))
 
     # Plan once with mid-range values: a typo in a parameter name or a gate name fails here, before any run.
@@ -511,7 +171,7 @@ async def run_search(
                     )
                 ]
             )
-    op, bound, text = _describe(spec.objective, gate)
+    op, bound, text = describe_objective(spec.objective, gate)
     scale = abs(bound) if bound else 1.0
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -588,8 +248,8 @@ async def run_search(
                 value = bound
             signed = (value - bound) if op in (">", ">=") else (bound - value)
             margin = signed / scale
-            breached = tripped or _breaches(op, value, bound)
-            fit = _fitness(breached, margin, severity)
+            breached = tripped or breaches_bound(op, value, bound)
+            fit = fitness(breached, margin, severity)
             study.tell(ot, fit)
             trial.measured = round(value, 6)
             trial.breached = breached
@@ -648,7 +308,7 @@ async def run_search(
         elapsed_s=round(anyio.current_time() - t0, 3),
         message=message,
     )
-    await anyio.to_thread.run_sync(_persist, store, out, spec, started)
+    await anyio.to_thread.run_sync(persist_search, store, out, spec, started)
     return out
 
 
@@ -657,59 +317,3 @@ def _midpoint(p: ParamSpec) -> Any:
         return (p.choices or [None])[0]
     mid = (float(p.low or 0) + float(p.high or 0)) / 2
     return int(mid) if p.type == "int" else mid
-
-
-def _persist(store: Store, r: SearchResult, spec: SearchSpec, started: datetime) -> None:
-    store.insert(
-        "searches",
-        [
-            {
-                "search_id": r.search_id,
-                "started_at": started,
-                "ended_at": datetime.now(UTC),
-                "experiment_title": r.experiment_title,
-                "sampler": r.sampler,
-                "seed": r.seed,
-                "budget": r.budget,
-                "trials": len(r.trials),
-                "status": r.status,
-                "found_breach": r.found_breach,
-                "objective": r.objective,
-                "best_trial": r.best.trial if r.best else None,
-                "best_params": json.dumps(r.best.params) if r.best else None,
-                "best_measured": r.best.measured if r.best else None,
-                "boundary": json.dumps(r.boundary) if r.boundary else None,
-                "spec": spec.model_dump_json(),
-            }
-        ],
-    )
-    store.insert(
-        "search_trials",
-        [
-            {
-                "search_id": r.search_id,
-                "trial": t.trial,
-                "params": json.dumps(t.params),
-                "run_id": t.run_id,
-                "run_status": t.run_status,
-                "measured": t.measured,
-                "breached": t.breached,
-                "margin": t.margin,
-                "severity": t.severity,
-                "fitness": t.fitness,
-                "duration_s": t.duration_s,
-                "note": t.note,
-            }
-            for t in r.trials
-        ],
-    )
-
-
-def list_searches(store: Store | None = None, limit: int = 20) -> list[dict[str, Any]]:
-    store = store or open_store()
-    store.ensure_schema("search", _MIGRATIONS)
-    return store.query(
-        "SELECT search_id, started_at, experiment_title, sampler, seed, trials, status, found_breach, objective, "
-        "best_params, best_measured FROM searches ORDER BY started_at DESC LIMIT ?",
-        [limit],
-    )

@@ -53,10 +53,10 @@ def matches_expectation(outcomes: list[Outcome]) -> bool:
 
 def _outcome(step: str, journal: dict[str, Any]) -> Outcome:
     from faultplane.reports.evidence import evidence
-    from faultplane.reports.postmortem import _window_figures, postmortem
+    from faultplane.reports.postmortem import postmortem, window_figures
 
     ev = evidence(journal)
-    win = _window_figures(ev)
+    win = window_figures(ev)
     caller = ev.caller or {}
     breach = (journal.get("gates") or {}).get("breach") or {}
     return Outcome(
