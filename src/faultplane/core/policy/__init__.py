@@ -17,7 +17,8 @@ from faultplane.core.policy.decide import evaluate
 from faultplane.core.policy.forbidden import ForbiddenJudge, find_forbidden
 from faultplane.core.policy.gate_checks import check_gates
 from faultplane.core.policy.identity import approval_hash, content_hash, experiment_family
-from faultplane.core.policy.layers import load_policy, load_policy_file
+from faultplane.core.policy.inventory import Inventory, undeclared
+from faultplane.core.policy.layers import also_from, load_policy, load_policy_file
 from faultplane.core.policy.model import (
     KNOWN_FAULT_TYPES,
     POLICY_FILENAMES,
@@ -48,6 +49,7 @@ __all__ = [
     "ForbiddenJudge",
     "ForbiddenRules",
     "GateRules",
+    "Inventory",
     "LabelRule",
     "Policy",
     "PolicyDecision",
@@ -57,6 +59,7 @@ __all__ = [
     "_compiled_globs",
     "_fault_types",
     "advice_after_run",
+    "also_from",
     "approval_hash",
     "camel_forms",
     "check_gates",
@@ -71,4 +74,5 @@ __all__ = [
     "load_policy_file",
     "normalize_text",
     "three_greens_advice",
+    "undeclared",
 ]
