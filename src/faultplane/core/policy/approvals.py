@@ -13,7 +13,7 @@ import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from faultplane.core import approval as approvals
+from faultplane.core import approval as tokens  # the signed tokens themselves
 from faultplane.core.policy.model import KNOWN_FAULT_TYPES, Policy, Stage
 from faultplane.core.policy.normalize import normalize_text
 from faultplane.core.policy.verdict import Violation
@@ -124,15 +124,15 @@ def consult_approvals(
     """(approver, advice, None) when a valid approval of `ahash` is given or on file; (None, None, the
     refusal) when none is, saying why the ones found do not count."""
     token_error = ""
-    found: approvals.Approval | None = None
+    found: tokens.Approval | None = None
     trusted = policy.approval.trusted_keys
     if approval_token:
         try:
-            found = approvals.verify_token(approval_token, ahash, trusted_keys=trusted)
-        except approvals.ApprovalError as exc:
+            found = tokens.verify_token(approval_token, ahash, trusted_keys=trusted)
+        except tokens.ApprovalError as exc:
             token_error = f" The token given does not verify: {exc}."
     if found is None:
-        found, why = approvals.stored_approval(ahash, trusted_keys=trusted)
+        found, why = tokens.stored_approval(ahash, trusted_keys=trusted)
         token_error = token_error or (f" {why}." if why else "")
     if found is None and not token_error and not trusted:
         token_error = (
@@ -140,7 +140,7 @@ def consult_approvals(
             "`faultplane approvals keygen` and adds the printed line there."
         )
     if found is None and not token_error:
-        stale = [a for a in approvals.list_approvals() if a.get("family") == family]
+        stale = [a for a in tokens.list_approvals() if a.get("family") == family]
         if stale:
             token_error = (
                 " An approval exists for another version of this experiment; the content or the variables "
