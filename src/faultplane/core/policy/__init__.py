@@ -4,7 +4,8 @@ approvals. `evaluate()` (`decide`) is the single decision point every surface ca
 One module per concern, imported here so `faultplane.core.policy.X` keeps working for every name:
 - `model`: the policy's schema and defaults; `verdict`: `Violation` and `PolicyDecision`;
 - `layers`: finding, reading and signing policy files; `combine`: their strictest combination and the floor;
-- `normalize`: how text is read before matching; `forbidden`: the production-target scan;
+- `normalize`: how text is read; `matching`: is a token, key or label production under the rules;
+  `forbidden`: the production-target scan of a whole experiment;
 - `inventory`: the lab's declared targets; `gate_checks`: gate sanity; `stages`: blast-radius stages,
   earned stages and the three-greens advice; `identity`: family, content and approval hashes;
 - `approvals`: which runs need a person's approval and whether one is on file (tokens: `core.approval`).

@@ -2,9 +2,9 @@
 
 The scan reads every string, key and URL of the experiment (not only the `targets:` list), because an AI
 designing an experiment can put the production host in a process argument, an HTTP URL or an environment
-variable just as easily. Text is normalised first (`normalize`), and words are matched as whole sub-words so
-`product` or `reproduce` never look like `prod`. The built-in production names (`core.targets`) are a floor
-that no policy's `allow` list switches off. Prose for people (titles, descriptions, tolerances) is not scanned.
+variable just as easily. Each string is normalised (`normalize`), read for the hosts, `key=value` labels,
+flags and words it holds, and each of those is judged by `matching`. A finding inside a secret names the field,
+never the value. Prose for people (titles, descriptions, tolerances) is not scanned.
 """
 
 from __future__ import annotations
@@ -15,22 +15,20 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from faultplane.core.policy.matching import _TOKEN_SPLIT, RuleMatcher
 from faultplane.core.policy.model import ForbiddenRules
 from faultplane.core.policy.normalize import (
     _NOT_KEY_CHARS,
     _decode_idna_host,
-    _glob_matcher,
     _norm_key,
     camel_forms,
     normalize_text,
 )
 from faultplane.core.policy.verdict import Violation
-from faultplane.core.targets import production_reason, production_word
+from faultplane.core.targets import production_reason
 
 __all__ = ["ForbiddenJudge", "find_forbidden"]
 
-_TOKEN_SPLIT = re.compile(r"[^a-z0-9_\-]+")
-_SUBWORD_SPLIT = re.compile(r"[-_]+")
 _URL_HOST = re.compile(r"[a-z][a-z0-9+.\-]*://(?:[^@/\s]*@)?(?P<host>\[[^\]]*\]|[^:/\s?#]+)")
 _DOTTED_HOST = re.compile(
     r"(?<![\w.\-])(?P<host>[a-z0-9](?:[a-z0-9\-_]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9\-_]*[a-z0-9])?)+)"
@@ -46,7 +44,6 @@ _HOSTISH_KEY = re.compile(
 _QUOTES = str.maketrans("", "", "\"'`\\^")
 _AT_HOST = re.compile(r"[a-z0-9_.\-]+@(?P<host>[a-z0-9][a-z0-9\-_.]*)")
 _ATTACHED_FLAG = re.compile(r"(?:^|(?<=[\s\"'=]))-(?P<f>[a-z])(?P<v>[a-z0-9][a-z0-9_.\-]*)")
-_FLOOR_NEGATIONS = ("non", "not", "no", "pre")
 
 # Fields that are prose for humans, not places the experiment acts on.
 _FREE_TEXT_TOP = {"title", "description", "contributions", "estimate", "version", "family", "runtime"}
@@ -84,9 +81,11 @@ def _fmt_path(path: tuple[str | int, ...]) -> str:
     return out or "(experiment)"
 
 
-class _Scanner:
+class _Scanner(RuleMatcher):
+    """Walks one experiment and records every place that names production (one finding per place)."""
+
     def __init__(self, rules: ForbiddenRules, secret_values: Sequence[str] = ()) -> None:
-        self.rules = rules
+        super().__init__(rules)
         self.violations: list[Violation] = []
         self._seen: set[str] = set()
         # a refusal must never echo a secret: findings in a string holding one name the place, not the value
@@ -94,90 +93,9 @@ class _Scanner:
         self._redact: str | None = None
         # inside `secrets:` a bare word is not a target (a password may read "production-…"); hosts and labels are
         self._hosts_only = False
-        # The rules are fixed for a scan and experiments repeat keys and values (200 probes share a handful of
-        # keys), so the globs are compiled once and every pure lookup is memoised per scanner.
-        self._is_word = _glob_matcher(rules.words)
-        self._is_allowed = _glob_matcher([pat.casefold() for pat in rules.allow])
-        self._label_rules = [
-            (name, _glob_matcher(rule.keys), _glob_matcher(rule.unless), _glob_matcher(rule.values))
-            for name, rule in rules.labels.items()
-        ]
-        self._any_label_key = _glob_matcher([k for rule in rules.labels.values() for k in rule.keys])
-        self._word_hits: dict[str, str | None] = {}
-        self._label_hits: dict[tuple[str, str], str | None] = {}
-        self._label_keys: dict[str, bool] = {}
-        self._key_hits: dict[str, str | None] = {}
         # strings already scanned without a finding; a finding depends on the text, its key and the mode,
         # never on where it sits, so a clean string is clean at every place it appears
         self._clean: set[tuple[str, str | None, bool]] = set()
-
-    # -- primitives
-
-    def _allowed(self, *items: str) -> bool:
-        return any(self._is_allowed(item) for item in items)
-
-    def word_hit(self, token: str) -> str | None:
-        """The forbidden sub-word in `token`, unless negated (`non-prod`) or allowed."""
-        try:
-            return self._word_hits[token]
-        except KeyError:
-            pass
-        found = None
-        subs = [s for s in _SUBWORD_SPLIT.split(token) if s]
-        for i, sub in enumerate(subs):
-            negated = i > 0 and subs[i - 1] in self.rules.negations
-            if production_word(sub) and not (i > 0 and subs[i - 1] in _FLOOR_NEGATIONS):
-                found = sub  # the built-in floor: no allow pattern, no policy file switches it off
-                break
-            if self._is_word(sub):
-                if negated or self._allowed(token, sub):
-                    continue
-                found = sub
-                break
-        self._word_hits[token] = found
-        return found
-
-    def label_hit(self, key: str, value: str) -> str | None:
-        try:
-            return self._label_hits[(key, value)]
-        except KeyError:
-            pass
-        found = None
-        nk = _norm_key(key)
-        nv = normalize_text(value).strip().strip("\"'`") if self.is_label_key(key) else ""
-        if nk and nv:
-            for name, is_key, is_unless, is_value in self._label_rules:
-                if not is_key(nk) or is_unless(nv):
-                    continue
-                if is_value(nv) and not (self._allowed(nv) and production_reason(nv) is None):
-                    found = name
-                    break
-        self._label_hits[(key, value)] = found
-        return found
-
-    def key_word_hit(self, key: str) -> str | None:
-        """The forbidden word a key itself names (`prod_db: ...`); label keys (`env: ...`) are judged by value."""
-        try:
-            return self._key_hits[key]
-        except KeyError:
-            pass
-        found = None
-        if not self.is_label_key(key):
-            for form in (normalize_text(key), *camel_forms(key)):
-                for token in _TOKEN_SPLIT.split(form):
-                    found = token and self.word_hit(token)
-                    if found:
-                        break
-                if found:
-                    break
-        self._key_hits[key] = found or None
-        return found or None
-
-    def is_label_key(self, key: str) -> bool:
-        found = self._label_keys.get(key)
-        if found is None:
-            found = self._label_keys[key] = self._any_label_key(_norm_key(key))
-        return found
 
     def _add(self, rule: str, path: tuple[str | int, ...], message: str) -> None:
         where = _fmt_path(path)
