@@ -1,6 +1,6 @@
 """The benchmarks' lab policy, installed where a person's own policy lives.
 
-`--policy` and `$FAULTPLANE_POLICY` may only tighten the policy in force (core.policy_layers), so a benchmark
+`--policy` and `$FAULTPLANE_POLICY` may only tighten the policy in force (core.policy.layers), so a benchmark
 that relaxes gates for its throwaway experiments writes the user's policy in a private XDG_CONFIG_HOME and hands
 that folder to the processes it starts."""
 

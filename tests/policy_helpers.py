@@ -1,6 +1,6 @@
 """A lab policy for tests, installed where a person's own policy lives.
 
-`--policy` and `$FAULTPLANE_POLICY` only tighten what would be in force without them (core.policy_layers), so a
+`--policy` and `$FAULTPLANE_POLICY` only tighten what would be in force without them (core.policy.layers), so a
 lab that relaxes gates or approval stages is the user's policy: `$XDG_CONFIG_HOME/faultplane/policy.yaml`
 (the root conftest gives every test its own XDG_CONFIG_HOME; subprocesses inherit it)."""
 

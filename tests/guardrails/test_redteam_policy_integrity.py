@@ -13,7 +13,8 @@ import yaml
 from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment
 
 from faultplane.core.policy import Policy, evaluate, find_forbidden, load_policy
-from faultplane.core.policy_layers import combine, loosening_approved, policy_file_hash, signature_path
+from faultplane.core.policy.combine import combine
+from faultplane.core.policy.layers import loosening_approved, policy_file_hash, signature_path
 
 LAX = "gates: {required: false, min_gates: 0, require_window: false}\napproval: {min_stage: null}\n"
 

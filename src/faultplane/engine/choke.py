@@ -48,7 +48,7 @@ def refusal(
     found = list(_judge(policy, secret_values)(doc))
     inventory = getattr(policy, "inventory", None)
     if inventory is not None:
-        from faultplane.core.inventory import undeclared
+        from faultplane.core.policy import undeclared
 
         found += undeclared(doc, inventory)
     reasons = [f"{v.field}: {v.message}" for v in found[:3]]

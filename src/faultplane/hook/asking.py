@@ -96,7 +96,7 @@ class PolicyAsker:
             )
         if policy.inventory is not None:
             # the lab's declared targets, as the engine and the MCP server apply them: anything else is refused
-            from faultplane.core.inventory import undeclared
+            from faultplane.core.policy import undeclared
 
             missing = undeclared(dict(values), policy.inventory)
             if missing:

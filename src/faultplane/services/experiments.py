@@ -211,7 +211,7 @@ def validate_experiment(
         )
         return report
     if with_policy:
-        from faultplane.core.policy_layers import also_from
+        from faultplane.core.policy import also_from
 
         with also_from(source):  # the experiment's own project policy holds wherever it is run from
             decision = evaluate_policy(p, open_store(), policy_path, None)
@@ -245,7 +245,7 @@ async def run_experiment(
     """Plan (validate + policy), then run. Raises ExperimentError for invalid input (nothing is run).
     `runtime` overrides the experiment's `runtime` block (the CLI's strategy flags); `ctk_compat` runs with
     Chaos Toolkit's outcomes (docs/chaostoolkit.md)."""
-    from faultplane.core.policy_layers import also_from
+    from faultplane.core.policy import also_from
     from faultplane.services.ctk import apply_runtime, settings_runtime
 
     with also_from(source):  # the experiment's own project policy holds wherever it is run from

@@ -243,7 +243,7 @@ def _judge_registration(fault_name: Any, target: Any, error_message: Any) -> Any
     fields = {k: v for k, v in (("fault_name", fault_name), ("target", target)) if isinstance(v, str)}
     found = find_forbidden({"faults": [fields]}, policy.forbidden)
     if policy.inventory is not None and isinstance(target, str):
-        from faultplane.core.inventory import undeclared
+        from faultplane.core.policy import undeclared
 
         found += undeclared({"faults": [{"host": target}]}, policy.inventory)
     if found:
