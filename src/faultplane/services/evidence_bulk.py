@@ -5,6 +5,11 @@ newline-delimited journal files in parallel and derives the same `runs`, `activi
 `run_metrics` rows in SQL. The SQL mirrors `evidence.run_metrics_row` and `store_clickhouse.journal_rows` rule for
 rule (tests/evidence/test_bulk_ingest.py checks both give the same rows on generated journals); when one of those
 changes, this changes with it.
+
+Each journal is parsed once, by `read_json` with the typed structure below (the activity lists become lists of
+structs, so no field is extracted from JSON text twice); its text comes from `read_ndjson_objects` over the same
+files, paired line for line (POSITIONAL JOIN: both are DuckDB's one JSON scanner, which skips the same blank lines).
+Fields whose JSON type decides the row (truthiness in Python, objects read only when they are objects) stay JSON.
 """
 
 from __future__ import annotations
@@ -35,53 +40,55 @@ _MACROS = [
     "CASE WHEN json_type(x) = 'ARRAY' THEN from_json(x, '[\"json\"]') ELSE []::JSON[] END",
 ]
 
+# What the rows read of an activity (journal_rows, fault_types). A typed field holding a value of another type reads
+# as NULL (a string where a number belongs) or as its JSON text (a number where a string belongs), as the Python
+# path's inserts would cast it; `arguments` and `output` are read only when they are objects, so they stay JSON.
+_ACTIVITY = (
+    "STRUCT(activity STRUCT(name VARCHAR, type VARCHAR, provider STRUCT(driver VARCHAR, name VARCHAR, "
+    "arguments STRUCT(fault_type VARCHAR, fault STRUCT(type VARCHAR)))), status VARCHAR, start VARCHAR, "
+    '"end" VARCHAR, duration DOUBLE, output JSON, exception VARCHAR)'
+)
+_COLUMNS = {
+    "run_id": "JSON",
+    "family": "VARCHAR",
+    "status": "VARCHAR",
+    "dry_run": "JSON",
+    "start": "VARCHAR",
+    "end": "VARCHAR",
+    "duration": "DOUBLE",
+    "error": "VARCHAR",
+    "seed": "BIGINT",
+    "controller_pid": "INTEGER",
+    "content_hash": "VARCHAR",
+    "verdict": "VARCHAR",
+    "experiment": "STRUCT(title VARCHAR, tags VARCHAR[], estimate JSON)",
+    "estimate": "JSON",
+    "policy": "STRUCT(stage INTEGER)",
+    "steady_states": f"STRUCT(before STRUCT(steady_state_met BOOLEAN, probes {_ACTIVITY}[]), "
+    f"after STRUCT(steady_state_met BOOLEAN, probes {_ACTIVITY}[]), recovery JSON)",
+    "run": f"{_ACTIVITY}[]",
+    "rollbacks": f"{_ACTIVITY}[]",
+    "gates": "STRUCT(samples STRUCT(sli VARCHAR, value DOUBLE)[], breach JSON)",
+    "load": "JSON",
+}
+
 _SOURCE = """
 CREATE OR REPLACE TEMP TABLE _fp_raw AS
--- every field the rows need, extracted in one parse of each journal: each `->` on the whole body, json_type(body)
--- included, would parse it again (the body is ~4 KiB, its fields a few bytes)
-SELECT body,
-       x[1] AS run_id,
-       x[2] AS family,
-       x[3] AS status,
-       x[4] AS dry_run,
-       x[5] AS start_,
-       x[6] AS end_,
-       x[7] AS duration,
-       x[8] AS error,
-       x[9] AS seed,
-       x[10] AS controller_pid,
-       x[11] AS content_hash,
-       x[12] AS verdict,
-       x[13] AS exp_title,
-       x[14] AS exp_tags,
-       x[15] AS exp_estimate,
-       x[16] AS estimate,
-       x[17] AS stage,
-       x[18] AS before_met,
-       x[19] AS after_met,
-       x[20] AS before_probes,
-       x[21] AS after_probes,
-       x[22] AS run,
-       x[23] AS rollbacks,
-       x[24] AS recovery,
-       x[25] AS samples,
-       x[26] AS breach,
-       x[27] AS load
-FROM (
-    SELECT json::VARCHAR AS body, json_extract(json, ['$.run_id', '$.family', '$.status', '$.dry_run', '$.start', '$.end', '$.duration', '$.error', '$.seed', '$.controller_pid', '$.content_hash', '$.verdict', '$.experiment.title', '$.experiment.tags', '$.experiment.estimate', '$.estimate', '$.policy.stage', '$.steady_states.before.steady_state_met', '$.steady_states.after.steady_state_met', '$.steady_states.before.probes', '$.steady_states.after.probes', '$.run', '$.rollbacks', '$.steady_states.recovery', '$.gates.samples', '$.gates.breach', '$.load']) AS x
-    FROM read_ndjson_objects($files, maximum_object_size = $max_size))
+SELECT o.json::VARCHAR AS body, fp_str(j.run_id) AS rid, j.* EXCLUDE (run_id)
+FROM read_ndjson_objects($files, maximum_object_size = $max_size) o
+POSITIONAL JOIN read_json($files, format = 'newline_delimited', columns = $columns,
+                          maximum_object_size = $max_size) j
 """
 
 # a table keeps the order of its insert (preserve_insertion_order): the rowid is the line's place in the files
 _SOURCE_VIEW = "CREATE OR REPLACE TEMP VIEW _fp_src AS SELECT rowid AS id, * FROM _fp_raw"
 
-# a run written twice keeps its last journal, as writing them one after the other would; a window over the small
-# columns only (over the whole rows it copied every body through the sort)
+# a run written twice keeps its last journal, as writing them one after the other would
 _DEDUPE = """
 DELETE FROM _fp_raw WHERE rowid IN (
     SELECT id FROM (
-        SELECT rowid AS id, row_number() OVER (PARTITION BY fp_str(run_id) ORDER BY rowid DESC) AS n
-        FROM _fp_raw WHERE fp_str(run_id) IS NOT NULL)
+        SELECT rowid AS id, row_number() OVER (PARTITION BY rid ORDER BY rowid DESC) AS n
+        FROM _fp_raw WHERE rid IS NOT NULL)
     WHERE n > 1)
 """
 
@@ -89,68 +96,81 @@ _RUNS = """
 INSERT INTO runs (run_id, experiment_title, experiment_family, content_hash, status, dry_run, steady_state_before,
                   steady_state_after, started_at, ended_at, duration_s, error, seed, controller_pid, journal_path,
                   tags, blast_stage, verdict)
-SELECT fp_str(run_id), fp_str(exp_title), fp_str(family), fp_str(content_hash),
-       fp_str(status), fp_truthy(dry_run),
-       fp_nn(before_met)::BOOLEAN,
-       fp_nn(after_met)::BOOLEAN,
-       fp_str(start_)::TIMESTAMPTZ, fp_str(end_)::TIMESTAMPTZ, fp_num(duration),
-       fp_str(error), fp_nn(seed)::BIGINT, fp_nn(controller_pid)::INTEGER, NULL,
-       CASE WHEN json_type(exp_tags) = 'ARRAY'
-            THEN from_json(exp_tags, '["VARCHAR"]') ELSE []::VARCHAR[] END,
-       fp_nn(stage)::INTEGER, fp_str(verdict)
+SELECT rid, experiment.title, family, content_hash, status, fp_truthy(dry_run),
+       steady_states.before.steady_state_met, steady_states.after.steady_state_met,
+       start::TIMESTAMPTZ, "end"::TIMESTAMPTZ, duration, error, seed, controller_pid, NULL,
+       coalesce(experiment.tags, []::VARCHAR[]), policy.stage, verdict
 FROM _fp_src
 """
 
-# the order of journal_rows: method runs, rollbacks, then the probes before and after; each activity's fields are
-# extracted in one parse of it
+# the order of journal_rows: method runs, rollbacks, then the probes before and after
 _ACTIVITIES = """
-WITH lists AS (
-    SELECT id, fp_str(run_id) AS run_id, 0 AS part, 'method' AS phase, fp_list(run) AS l FROM _fp_src
-    UNION ALL SELECT id, fp_str(run_id), 1, 'rollbacks', fp_list(rollbacks) FROM _fp_src
-    UNION ALL SELECT id, fp_str(run_id), 2, 'hypothesis_before', fp_list(before_probes) FROM _fp_src
-    UNION ALL SELECT id, fp_str(run_id), 3, 'hypothesis_after', fp_list(after_probes) FROM _fp_src
-),
-acts AS (
-    SELECT id, run_id, part, phase, k,
-           json_extract(a, ['$.activity.name', '$.activity.type', '$.status', '$.start', '$.end', '$.duration',
-                            '$.output', '$.exception']) AS f
-    FROM (SELECT id, run_id, part, phase, unnest(l) AS a, generate_subscripts(l, 1) AS k FROM lists)
-)
 INSERT INTO activities (run_id, seq, phase, name, type, status, started_at, ended_at, duration_s, output, error)
-SELECT run_id, (row_number() OVER (PARTITION BY id ORDER BY part, k) - 1)::INTEGER, phase,
-       fp_str(f[1]), fp_str(f[2]), fp_str(f[3]),
-       fp_str(f[4])::TIMESTAMPTZ, fp_str(f[5])::TIMESTAMPTZ, fp_num(f[6]),
-       coalesce(f[7]::VARCHAR, 'null'), fp_str(f[8])
-FROM acts
+SELECT rid, seq, x.phase, x.a.activity.name, x.a.activity.type, x.a.status, x.a.start::TIMESTAMPTZ,
+       x.a."end"::TIMESTAMPTZ, x.a.duration, coalesce(x.a.output::VARCHAR, 'null'), x.a.exception
+FROM (
+    SELECT rid, unnest(acts) AS x, (generate_subscripts(acts, 1) - 1)::INTEGER AS seq
+    FROM (
+        SELECT rid, list_concat(
+            list_transform(coalesce(run, []), lambda a: {'phase': 'method', 'a': a}),
+            list_transform(coalesce(rollbacks, []), lambda a: {'phase': 'rollbacks', 'a': a}),
+            list_transform(coalesce(steady_states.before.probes, []), lambda a: {'phase': 'hypothesis_before', 'a': a}),
+            list_transform(coalesce(steady_states.after.probes, []), lambda a: {'phase': 'hypothesis_after', 'a': a})
+        ) AS acts
+        FROM _fp_src))
 """
 
-_JOURNALS = "INSERT INTO journals (run_id, written_at, body) SELECT fp_str(run_id), now(), body FROM _fp_src"
+_JOURNALS = "INSERT INTO journals (run_id, written_at, body) SELECT rid, now(), body FROM _fp_src"
 
-_METRICS = """
--- the journal's fields come from _fp_src's one parse; each nested object is parsed once more by one json_extract
--- of all its fields (`->` chains parse the object again for every field); no materialized CTE carries the bodies
--- or the activity lists (the lists are read from _fp_src where they are needed)
-WITH src AS MATERIALIZED (
-    SELECT id, run_id, family, exp_title, dry_run, start_, duration, breach, stage, status,
-           fp_obj(recovery) AS rec,
-           CASE WHEN fp_truthy(estimate) THEN estimate
-                WHEN fp_truthy(exp_estimate) THEN exp_estimate END AS est,
-           CASE WHEN json_exists(fp_obj(load), '$.summary') THEN fp_obj(load -> 'summary')
-                ELSE fp_obj(load) END AS load_fig
+_FAULT_TYPES_SQL = "[" + ", ".join(f"'{t}'" for t in FAULT_TYPES) + "]"
+
+# fault_types: per action of the method, its candidates in Python's order (arguments, output, names in the
+# provider), kept when they are fault types, each once at its first place; list lambdas over the typed `run`
+# list, no unnest and regroup. Only membership in FAULT_TYPES matters, so typed VARCHAR arguments are exact: a
+# value of another type reads as its JSON text, which no fault type equals.
+_FAULTS = f"""
+flatten(list_transform(
+    list_transform(list_filter(coalesce(run, []), lambda a: a.activity.type = 'action'), lambda a: {{
+        'args': a.activity.provider.arguments,
+        'out': json_extract(a.output, ['$.fault_type', '$.fault']),
+        'pname': lower(coalesce(a.activity.provider.driver, '') || '.' || coalesce(a.activity.provider.name, ''))
+    }}),
+    lambda x: list_concat(
+        [x.args.fault_type, x.args.fault.type,
+         CASE WHEN fp_truthy(x.out[1]) THEN fp_str(x.out[1]) ELSE fp_str(x.out[2]) END],
+        list_filter({_FAULT_TYPES_SQL}, lambda t: contains(x.pname, t) OR contains(x.pname, replace(t, '_', '-'))))))
+"""
+
+_METRICS = f"""
+-- recovery, estimates and load figures are small objects kept as JSON (their truthiness decides the row): each is
+-- parsed once more by one json_extract of all its fields; gate peaks and fault types are list lambdas
+WITH base AS MATERIALIZED (
+    SELECT id, rid, family, experiment.title AS exp_title, dry_run, start, duration, policy.stage AS stage, status,
+           fp_truthy(gates.breach) AS breached,
+           fp_truthy(steady_states.recovery) AS rec_on,
+           json_extract(fp_obj(steady_states.recovery), ['$.checks', '$.window_s', '$.steady_state_met',
+                                                         '$.time_to_recover_s']) AS r,
+           json_extract(CASE WHEN fp_truthy(estimate) THEN estimate
+                             WHEN fp_truthy(experiment.estimate) THEN experiment.estimate END,
+                        ['$.recovery_seconds', '$.error_rate', '$.latency_p99_ms']) AS e,
+           json_extract(CASE WHEN json_exists(fp_obj(load), '$.summary') THEN fp_obj(load -> 'summary')
+                             ELSE fp_obj(load) END,
+                        ['$.error_rate', '$.latency_p99_ms', '$.latency_p99']) AS lf,
+           list_max(list_transform(list_filter(gates.samples, lambda s: s.sli = 'error_rate'),
+                                   lambda s: s.value)) AS err_peak,
+           list_max(list_transform(list_filter(gates.samples, lambda s: s.sli = 'latency_p99'),
+                                   lambda s: s.value)) AS p99_peak,
+           {_FAULTS} AS fault_candidates
     FROM _fp_src
 ),
-base AS MATERIALIZED (
-    SELECT *,
-           json_extract(rec, ['$.checks', '$.window_s', '$.steady_state_met', '$.time_to_recover_s']) AS r,
-           json_extract(est, ['$.recovery_seconds', '$.error_rate', '$.latency_p99_ms']) AS e,
-           json_extract(load_fig, ['$.error_rate', '$.latency_p99_ms', '$.latency_p99']) AS lf
-    FROM src
+rec AS (
+    SELECT id, rec_on, r, fp_truthy(r[1]) AS has_checks FROM base
 ),
 checks AS MATERIALIZED (
     SELECT id, k, fp_num(c[1]) AS t, fp_truthy(c[2]) AS met FROM (
         SELECT id, json_extract(c, ['$.t', '$.met']) AS c, k FROM (
             SELECT id, unnest(l) AS c, generate_subscripts(l, 1) AS k
-            FROM (SELECT id, fp_list(r[1]) AS l FROM base WHERE fp_truthy(r[1]))))
+            FROM (SELECT id, fp_list(r[1]) AS l FROM rec WHERE rec_on AND has_checks)))
 ),
 passing AS (
     SELECT id, k, t, first_value(t) OVER (PARTITION BY id, g ORDER BY k) AS run_start FROM (
@@ -159,76 +179,42 @@ passing AS (
 ),
 sustained AS (
     SELECT p.id, arg_min(p.run_start, p.k) AS ttr
-    FROM passing p JOIN base b USING (id)
+    FROM passing p JOIN rec b USING (id)
     WHERE p.t - p.run_start >= coalesce(fp_num(b.r[2]), 0.0)
     GROUP BY p.id
 ),
 recovery AS (
     SELECT b.id,
-           CASE WHEN NOT fp_truthy(b.rec) THEN NULL
-                WHEN fp_truthy(b.r[1]) THEN s.ttr IS NOT NULL
+           CASE WHEN NOT b.rec_on THEN NULL
+                WHEN b.has_checks THEN s.ttr IS NOT NULL
                 ELSE fp_nn(b.r[3])::BOOLEAN END AS met,
-           CASE WHEN NOT fp_truthy(b.rec) THEN NULL
-                WHEN fp_truthy(b.r[1]) THEN round(s.ttr, 6)
+           CASE WHEN NOT b.rec_on THEN NULL
+                WHEN b.has_checks THEN round(s.ttr, 6)
                 WHEN fp_truthy(b.r[3]) THEN fp_num(b.r[4]) END AS ttr,
-           CASE WHEN NOT fp_truthy(b.rec) THEN NULL
-                WHEN fp_truthy(b.r[1]) THEN coalesce(fp_num(b.r[2]), 0.0)
+           CASE WHEN NOT b.rec_on THEN NULL
+                WHEN b.has_checks THEN coalesce(fp_num(b.r[2]), 0.0)
                 ELSE 0.0 END AS window_s
-    FROM base b LEFT JOIN sustained s USING (id)
-),
-gates AS (
-    SELECT id,
-           max(CASE WHEN fp_str(f[1]) = 'error_rate' THEN fp_num(f[2]) END) AS err_peak,
-           max(CASE WHEN fp_str(f[1]) = 'latency_p99' THEN fp_num(f[2]) END) AS p99_peak
-    FROM (SELECT id, json_extract(s, ['$.sli', '$.value']) AS f
-          FROM (SELECT id, unnest(fp_list(samples)) AS s FROM _fp_src WHERE fp_truthy(samples)))
-    GROUP BY id
-),
-actions AS MATERIALIZED (
-    SELECT id, k, fp_obj(f[2]) AS args, fp_obj(f[3]) AS output,
-           lower(coalesce(fp_str(f[4]), '') || '.' || coalesce(fp_str(f[5]), '')) AS pname
-    FROM (
-        SELECT id, k, json_extract(a, ['$.activity.type', '$.activity.provider.arguments', '$.output',
-                                       '$.activity.provider.driver', '$.activity.provider.name']) AS f
-        FROM (SELECT id, unnest(l) AS a, generate_subscripts(l, 1) AS k
-              FROM (SELECT id, fp_list(run) AS l FROM _fp_src)))
-    WHERE fp_str(f[1]) = 'action'
-),
-candidates AS (
-    SELECT id, k * 100 AS pos, fp_str(args -> 'fault_type') AS c FROM actions
-    UNION ALL SELECT id, k * 100 + 1, fp_str(fp_obj(args -> 'fault') -> 'type') FROM actions
-    UNION ALL SELECT id, k * 100 + 2,
-        fp_str(CASE WHEN fp_truthy(output -> 'fault_type') THEN output -> 'fault_type' ELSE output -> 'fault' END)
-        FROM actions
-    UNION ALL SELECT id, k * 100 + 3 + ft.i, ft.t FROM actions,
-        (SELECT unnest($fault_types) AS t, generate_subscripts($fault_types, 1) AS i) ft
-        WHERE contains(pname, ft.t) OR contains(pname, replace(ft.t, '_', '-'))
-),
-faults AS (
-    SELECT id, list(c ORDER BY pos) AS types FROM (
-        SELECT id, c, min(pos) AS pos FROM candidates WHERE list_contains($fault_types, c) GROUP BY id, c)
-    GROUP BY id
+    FROM rec b LEFT JOIN sustained s USING (id)
 ),
 m AS (
-    SELECT b.id, b.run_id, b.family, b.exp_title, b.dry_run, b.start_, b.duration, b.breach, b.stage, b.e,
-           r.met, r.ttr, r.window_s, fp_str(b.status) AS status_s,
-           coalesce(fp_num(b.lf[1]), g.err_peak) AS err,
-           coalesce(fp_num(b.lf[2]), fp_num(b.lf[3]), g.p99_peak) AS p99,
-           fp_num(b.e[1]) AS est_rec, f.types
-    FROM base b JOIN recovery r USING (id) LEFT JOIN gates g USING (id) LEFT JOIN faults f USING (id)
+    SELECT b.*, r.met, r.ttr, r.window_s,
+           coalesce(fp_num(b.lf[1]), b.err_peak) AS err,
+           coalesce(fp_num(b.lf[2]), fp_num(b.lf[3]), b.p99_peak) AS p99,
+           fp_num(b.e[1]) AS est_rec,
+           list_filter(fault_candidates, lambda c, i: list_contains({_FAULT_TYPES_SQL}, c)
+                                                      AND list_position(fault_candidates, c) = i) AS types
+    FROM base b JOIN recovery r USING (id)
 )
 INSERT INTO run_metrics (run_id, experiment_key, experiment_title, status, passed, dry_run, started_at, duration_s,
                          recovery_met, time_to_recover_s, recovery_window_s, est_recovery_s, est_error_rate,
                          est_latency_p99_ms, actual_error_rate, actual_latency_p99_ms, gate_breached, fault_types,
                          blast_stage, run_score)
-SELECT fp_str(run_id),
-       CASE WHEN fp_truthy(family) THEN fp_str(family) ELSE fp_str(exp_title) END,
-       fp_str(exp_title), status_s, coalesce(status_s = 'completed', false),
-       fp_truthy(dry_run), fp_str(start_)::TIMESTAMPTZ, fp_num(duration), met, ttr, window_s,
+SELECT rid, CASE WHEN family <> '' THEN family ELSE exp_title END, exp_title, status,
+       coalesce(status = 'completed', false), fp_truthy(dry_run), start::TIMESTAMPTZ, duration, met, ttr, window_s,
        est_rec, fp_num(e[2]), fp_num(e[3]), err, p99,
-       fp_truthy(breach), coalesce(types, []::VARCHAR[]), fp_nn(stage)::INTEGER,
-       round(100.0 * (0.7 * (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END) + 0.3 * (
-           CASE WHEN met IS NULL THEN (CASE WHEN status_s = 'completed' THEN 1.0 ELSE 0.0 END)
+       breached, coalesce(types, []::VARCHAR[]), stage,
+       round(100.0 * (0.7 * (CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END) + 0.3 * (
+           CASE WHEN met IS NULL THEN (CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END)
                 WHEN NOT met THEN 0.0
                 WHEN est_rec IS NOT NULL AND ttr IS NOT NULL AND ttr > est_rec THEN 0.5
                 ELSE 1.0 END)), 6)
@@ -247,11 +233,17 @@ def _try(con: Any, statement: str) -> bool:
     return True
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def ingest_ndjson(
     store: Any, files: Sequence[str | os.PathLike[str]], *, max_object_bytes: int = 64 * 1024 * 1024
 ) -> int:
     """Write every journal in `files` (one JSON journal per line) to a DuckDB store, replacing earlier rows of the
     same runs, in one transaction; returns the number of journals."""
+    import duckdb
+
     if getattr(store, "dialect", "duckdb") != "duckdb":
         raise EvidenceError(
             "store: bulk NDJSON ingest needs a DuckDB store; fix: use evidence.ingest_journals for ClickHouse"
@@ -263,17 +255,21 @@ def ingest_ndjson(
     if missing:
         raise EvidenceError(f"files: {missing[0]} does not exist; fix: pass journal files (NDJSON)")
     store.ensure_schema("evidence", EVIDENCE_MIGRATIONS)
-    params = {"fault_types": list(FAULT_TYPES)}
     with store.connect() as con:
         for macro in _MACROS:
             con.execute(macro)
-        con.execute(_SOURCE, {"files": paths, "max_size": max_object_bytes})
+        try:
+            con.execute(_SOURCE, {"files": paths, "max_size": max_object_bytes, "columns": _COLUMNS})
+        except duckdb.Error as exc:
+            raise EvidenceError(
+                f"files: not journals ({_first_line(exc)}); fix: one JSON journal object per line"
+            ) from None
         con.execute(_SOURCE_VIEW)
         try:
             n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
             if not n:
                 return 0
-            bad = con.execute("SELECT count(*) FROM _fp_src WHERE fp_str(run_id) IS NULL").fetchone()[0]
+            bad = con.execute("SELECT count(*) FROM _fp_src WHERE rid IS NULL").fetchone()[0]
             if bad:
                 raise EvidenceError(
                     f"files: {bad} line(s) are not journals (a JSON object with a run_id); fix: one journal per line"
@@ -288,13 +284,11 @@ def ingest_ndjson(
                 con.execute("BEGIN")
                 try:
                     for table in ("runs", "activities", "journals", "run_metrics"):
-                        con.execute(
-                            f"DELETE FROM {table} WHERE run_id IN (SELECT fp_str(run_id) FROM _fp_src)"
-                        )
+                        con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT rid FROM _fp_src)")
                     con.execute(_RUNS)
                     con.execute(_ACTIVITIES)
                     con.execute(_JOURNALS)
-                    con.execute(_METRICS, params)
+                    con.execute(_METRICS)
                 except BaseException:
                     con.execute("ROLLBACK")
                     raise
