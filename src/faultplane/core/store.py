@@ -219,7 +219,18 @@ class Store:
         if not rows:
             return
         with self.connect() as con:
-            con.executemany(sql, rows)
+            # One transaction: autocommitted, DuckDB commits (and syncs the file) once per row, ~1 ms a row.
+            try:
+                con.execute("BEGIN")
+            except Exception:  # the caller's transaction is open already: its COMMIT covers these rows
+                con.executemany(sql, rows)
+                return
+            try:
+                con.executemany(sql, rows)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
 
     def query(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *, read_only: bool = False

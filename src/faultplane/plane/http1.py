@@ -109,6 +109,8 @@ class _ServerConn(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._body = bytearray()
         self._too_large = False
+        self._declared = b""  # the Content-Length header's value
+        self._expect = False  # Expect: 100-continue
 
     # --- asyncio.Protocol ---
 
@@ -149,18 +151,27 @@ class _ServerConn(asyncio.Protocol):
         self._headers = []
         self._body = bytearray()
         self._too_large = False
+        self._declared = b""
+        self._expect = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        name = name.lower()
+        self._headers.append((name, value))
+        # the two headers the HTTP layer acts on, noted as they pass instead of searched for afterwards
+        if name == b"content-length":
+            if not self._declared:
+                self._declared = value
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self._expect = True
 
     def on_headers_complete(self) -> None:
-        declared = next((v for k, v in self._headers if k == b"content-length"), b"")
+        declared = self._declared
         if declared.isdigit() and int(declared) > self.max_body:
             self._too_large = True
-        elif any(k == b"expect" and v.lower() == b"100-continue" for k, v in self._headers):
+        elif self._expect:
             assert self.transport is not None
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -175,9 +186,13 @@ class _ServerConn(asyncio.Protocol):
             del self._body[512:]
 
     def on_message_complete(self) -> None:
-        url = httptools.parse_url(self._url) if self._url else None
-        path = url.path.decode("latin-1") if url is not None and url.path else "/"
-        query = url.query.decode("latin-1") if url is not None and url.query else ""
+        raw = self._url
+        if raw[:1] == b"/" and b"?" not in raw and b"#" not in raw:
+            path, query = raw.decode("latin-1"), ""  # origin-form without a query: what parse_url would give
+        else:
+            url = httptools.parse_url(raw) if raw else None
+            path = url.path.decode("latin-1") if url is not None and url.path else "/"
+            query = url.query.decode("latin-1") if url is not None and url.query else ""
         req = Request(
             method=self.parser.get_method().decode("ascii", "replace"),
             path=path,
