@@ -27,6 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import FIXTURES, ServerEnv, free_port, make_env, run_http_server, server_argv
 
+from jsonrpc_helpers import init_params
+
 LIMIT = 65536
 ERROR_CODES = {-32700, -32600, -32601, -32602, -32603}
 ACCEPT = "application/json, text/event-stream"
@@ -190,12 +192,7 @@ class LinePeer:
 
     def initialize(self) -> None:
         rid = next(_ids)
-        params = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        }
-        self.send(_enc({"jsonrpc": "2.0", "id": rid, "method": "initialize", "params": params}))
+        self.send(_enc({"jsonrpc": "2.0", "id": rid, "method": "initialize", "params": init_params()}))
         self.until(rid)
         self.send(_enc({"jsonrpc": "2.0", "method": "notifications/initialized"}))
 
@@ -277,12 +274,7 @@ class HttpSurface:
         return [resp.json()] if resp.content else []
 
     def initialize(self) -> None:
-        params = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        }
-        resp = self.post(_enc(_request("initialize", params=params)))
+        resp = self.post(_enc(_request("initialize", params=init_params())))
         assert resp.status_code == 200, resp.text
         self.session = resp.headers.get("mcp-session-id")
         assert self.post(_enc({"jsonrpc": "2.0", "method": "notifications/initialized"})).status_code == 202
