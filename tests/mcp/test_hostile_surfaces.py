@@ -216,19 +216,22 @@ def module_env(tmp_path_factory: pytest.TempPathFactory) -> ServerEnv:
     return make_env(tmp_path_factory.mktemp("hostile"))
 
 
+# the stdio proxy, unrecorded, with the same frame limit as the server (append "--" and the server's argv)
+STDIO_PROXY = [
+    sys.executable,
+    "-m",
+    "faultplane.plane.proxy_stdio",
+    "--no-record",
+    "--max-frame-bytes",
+    str(LIMIT),
+]
+
+
 @pytest.fixture(scope="module", params=["server", "proxy"])
 def stdio_surface(request: pytest.FixtureRequest, module_env: ServerEnv) -> Iterator[LinePeer]:
     argv = server_argv("--max-frame-bytes", str(LIMIT))
     if request.param == "proxy":
-        proxy = [
-            sys.executable,
-            "-m",
-            "faultplane.plane.proxy_stdio",
-            "--no-record",
-            "--max-frame-bytes",
-            str(LIMIT),
-        ]
-        argv = [*proxy, "--", *argv]
+        argv = [*STDIO_PROXY, "--", *argv]
     peer = LinePeer(argv, _env(module_env))
     peer.initialize()
     yield peer
@@ -352,16 +355,8 @@ server_frames = st.one_of(deep(), oversized(), bad_utf8(), batches, bad_envelope
 
 @pytest.fixture(scope="module")
 def stdio_proxy_to_hostile(module_env: ServerEnv) -> Iterator[LinePeer]:
-    proxy = [
-        sys.executable,
-        "-m",
-        "faultplane.plane.proxy_stdio",
-        "--no-record",
-        "--max-frame-bytes",
-        str(LIMIT),
-    ]
     peer = LinePeer(
-        [*proxy, "--", sys.executable, str(FIXTURES / "hostile_stdio_server.py")], _env(module_env)
+        [*STDIO_PROXY, "--", sys.executable, str(FIXTURES / "hostile_stdio_server.py")], _env(module_env)
     )
     yield peer
     peer.close()
