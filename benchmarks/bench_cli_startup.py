@@ -13,16 +13,12 @@ Run: `.venv/bin/python benchmarks/bench_cli_startup.py` (chaos from `make bench`
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from lab_policy import lab_config_home
+from bench_helpers import installed, lab_env, timed_run
 
 REPEATS = 15
 TARGET_S = 0.10
@@ -40,19 +36,8 @@ EXPERIMENT = {
 }
 
 
-def wall(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, env=env, cwd=cwd)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-500:]!r}")
-    return elapsed
-
-
 def main() -> int:
-    bindir = os.path.dirname(sys.executable)
-    faultplane = shutil.which("faultplane", path=bindir) or shutil.which("faultplane")
-    chaos = shutil.which("chaos", path=bindir) or shutil.which("chaos")
+    faultplane, chaos = installed("faultplane"), installed("chaos")
     if not faultplane:
         print("faultplane is not installed in this environment: make bench installs it")
         return 1
@@ -60,13 +45,7 @@ def main() -> int:
         t = Path(tmp)
         exp = t / "exp.json"
         exp.write_text(json.dumps(EXPERIMENT))
-        env = dict(
-            os.environ,
-            FAULTPLANE_STORE=str(t / "store.duckdb"),
-            XDG_DATA_HOME=tmp,
-            XDG_STATE_HOME=tmp,
-            XDG_CONFIG_HOME=lab_config_home(t),
-        )
+        env = lab_env(t)
         cells: dict[str, list[str]] = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "faultplane --help": [faultplane, "--help"],
@@ -78,11 +57,11 @@ def main() -> int:
             cells["chaos run"] = [chaos, "--no-version-check", "--log-file", str(t / "chaos.log"), "run"]
             cells["chaos run"] += ["--journal-path", str(t / "journal.json"), str(exp)]
         for cmd in cells.values():  # warm the file cache and the bytecode; the store exists from here on
-            wall(cmd, env, tmp)
+            timed_run(cmd, env, tmp)
         samples: dict[str, list[float]] = {k: [] for k in cells}
         for _ in range(REPEATS):
             for name, cmd in cells.items():
-                samples[name].append(wall(cmd, env, tmp))
+                samples[name].append(timed_run(cmd, env, tmp)[0])
     med = {k: statistics.median(v) for k, v in samples.items()}
     base = med["python -c pass"]
     peers = {

@@ -13,36 +13,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from bench_helpers import installed, lab_env, probes_experiment
 from lab_policy import lab_config_home
 
 SIZES = (10, 1000)
 REPEATS = 3
 TARGET = 1.5
-
-
-def experiment(n: int) -> dict:
-    probes = [
-        {
-            "type": "probe",
-            "name": f"probe-{i}",
-            "tolerance": {"type": "regex", "pattern": "^[0-9]+$"},
-            "provider": {"type": "python", "module": "json", "func": "dumps", "arguments": {"obj": i}},
-        }
-        for i in range(n)
-    ]
-    return {
-        "title": f"{n} python probes",
-        "description": "engine memory benchmark",
-        "steady-state-hypothesis": {"title": "in range", "probes": probes[:1]},
-        "method": probes[1:],
-    }
 
 
 def peak_rss_mib(cmd: list[str], env: dict[str, str], cwd: str) -> float:
@@ -55,9 +36,7 @@ def peak_rss_mib(cmd: list[str], env: dict[str, str], cwd: str) -> float:
 
 
 def main() -> int:
-    bindir = os.path.dirname(sys.executable)
-    chaos = shutil.which("chaos", path=bindir) or shutil.which("chaos")
-    faultplane = shutil.which("faultplane", path=bindir) or shutil.which("faultplane")
+    chaos, faultplane = installed("chaos"), installed("faultplane")
     if not chaos or not faultplane:
         print("chaostoolkit is not installed: pip install chaostoolkit (make bench does); skipped")
         return 0
@@ -67,18 +46,14 @@ def main() -> int:
         # the strict default wants SLO gates these probes do not declare: a lab's user policy relaxes it
         config_home = lab_config_home(t)
         for n in SIZES:
-            (t / f"exp{n}.json").write_text(json.dumps(experiment(n)))
+            (t / f"exp{n}.json").write_text(
+                json.dumps(probes_experiment(n, f"{n} python probes", "engine memory benchmark"))
+            )
         for rep in range(REPEATS):  # interleaved: a burst of load on the machine hits both tools alike
             for n in SIZES:
                 run_dir = t / f"r{rep}-{n}"
                 run_dir.mkdir()
-                env = dict(
-                    os.environ,
-                    XDG_DATA_HOME=str(run_dir),
-                    XDG_STATE_HOME=str(run_dir),
-                    FAULTPLANE_STORE=str(run_dir / "store.duckdb"),
-                    XDG_CONFIG_HOME=config_home,
-                )
+                env = lab_env(run_dir, config_home)
                 exp = str(t / f"exp{n}.json")
                 fp = [faultplane, "run", exp, "-q", "--format", "json"]
                 ctk = [chaos, "--no-version-check", "--log-file", str(run_dir / "chaos.log"), "run"]

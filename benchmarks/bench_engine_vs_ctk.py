@@ -20,16 +20,12 @@ Run: `.venv/bin/python benchmarks/bench_engine_vs_ctk.py` (needs chaostoolkit: `
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from lab_policy import lab_config_home
+from bench_helpers import installed, lab_env, probes_experiment, timed_run
 
 PROBES = 200
 REPEATS = 11  # this VM's speed drifts up to 2x between identical runs: medians of many, interleaved
@@ -78,51 +74,18 @@ print(elapsed)
 """
 
 
-def experiment() -> dict:
-    probes = [
-        {
-            "type": "probe",
-            "name": f"probe-{i}",
-            "tolerance": {"type": "regex", "pattern": "^[0-9]+$"},
-            "provider": {"type": "python", "module": "json", "func": "dumps", "arguments": {"obj": i}},
-        }
-        for i in range(PROBES)
-    ]
-    return {
-        "title": "200 python probes",
-        "description": "engine overhead benchmark",
-        "steady-state-hypothesis": {"title": "all probes in range", "probes": probes[:1]},
-        "method": probes[1:],
-    }
-
-
-def run(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return elapsed, proc.stdout
-
-
 def main() -> int:
-    bindir = os.path.dirname(sys.executable)
-    chaos = shutil.which("chaos", path=bindir) or shutil.which("chaos")
-    faultplane = shutil.which("faultplane", path=bindir) or shutil.which("faultplane")
+    chaos, faultplane = installed("chaos"), installed("faultplane")
     if not chaos:
         print("chaostoolkit is not installed: pip install chaostoolkit (make bench does)")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         exp = t / "exp.json"
-        exp.write_text(json.dumps(experiment()))
-        env = dict(
-            os.environ,
-            FAULTPLANE_STORE=str(t / "store.duckdb"),
-            XDG_DATA_HOME=tmp,
-            XDG_STATE_HOME=tmp,
-            XDG_CONFIG_HOME=lab_config_home(t),
+        exp.write_text(
+            json.dumps(probes_experiment(PROBES, f"{PROBES} python probes", "engine overhead benchmark"))
         )
+        env = lab_env(t)
         fp_engine = [
             sys.executable,
             "-c",
@@ -145,16 +108,16 @@ def main() -> int:
         ctk_cli += ["--journal-path", str(t / "journal.json"), str(exp)]
         cells = ("fp_engine", "fp_store", "ctk_engine", "ctk_quiet", "fp_cli", "ctk_cli")
         for cmd in (fp_engine, ctk_engine, ctk_quiet, fp_cli, ctk_cli):  # warm the file cache for all
-            run(cmd, env, tmp)
+            timed_run(cmd, env, tmp)
         samples: dict[str, list[float]] = {k: [] for k in cells}
         for _ in range(REPEATS):  # interleaved, so a burst of load on the machine hits both tools alike
-            run_s, store_s = run(fp_engine, env, tmp)[1].split()[-2:]
+            run_s, store_s = timed_run(fp_engine, env, tmp)[1].split()[-2:]
             samples["fp_engine"].append(float(run_s))
             samples["fp_store"].append(float(store_s))
-            samples["ctk_engine"].append(float(run(ctk_engine, env, tmp)[1].split()[-1]))
-            samples["ctk_quiet"].append(float(run(ctk_quiet, env, tmp)[1].split()[-1]))
-            samples["fp_cli"].append(run(fp_cli, env, tmp)[0])
-            samples["ctk_cli"].append(run(ctk_cli, env, tmp)[0])
+            samples["ctk_engine"].append(float(timed_run(ctk_engine, env, tmp)[1].split()[-1]))
+            samples["ctk_quiet"].append(float(timed_run(ctk_quiet, env, tmp)[1].split()[-1]))
+            samples["fp_cli"].append(timed_run(fp_cli, env, tmp)[0])
+            samples["ctk_cli"].append(timed_run(ctk_cli, env, tmp)[0])
     med = {k: statistics.median(v) for k, v in samples.items()}
     engine_ratio = med["fp_engine"] / med["ctk_engine"]
     quiet_ratio = med["fp_engine"] / med["ctk_quiet"]

@@ -112,3 +112,16 @@ def mark(ctx: ActivityContext, params: _MarkerParams) -> str:
     ctx.on_revert(lambda: target.unlink(missing_ok=True), label=f"remove {target.name}")
     target.write_text(params.label, encoding="utf-8")
     return str(target)
+
+
+def mark_action(path: Path) -> dict[str, Any]:
+    """The experiment activity that applies the `mark` fault on `path` (its revert removes the file)."""
+    provider = {"type": "driver", "driver": "testdriver", "name": "mark", "arguments": {"path": str(path)}}
+    return {"type": "action", "name": "apply", "provider": provider}
+
+
+def slow_action(marker: Path, seconds: float = 30) -> dict[str, Any]:
+    """The experiment activity that writes "started" to `marker` and then blocks: a run to interrupt."""
+    arguments = {"seconds": seconds, "marker": str(marker)}
+    provider = {"type": "python", "module": "ctk_helpers", "func": "slow", "arguments": arguments}
+    return {"type": "action", "name": "wait", "provider": provider}

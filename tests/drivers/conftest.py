@@ -6,6 +6,7 @@ import os
 
 import pytest
 from redis_secret import REDIS_PASSWORD
+from tcp import standalone_netproxy
 
 from servers import postgres_server, redis_server, sshd_server  # noqa: F401  (fixtures)
 
@@ -87,27 +88,10 @@ def silent_port():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def netproxy_control():  # type: ignore[no-untyped-def]
     """A standalone netproxy process (route ``default`` to a closed port) and its control URL."""
-    import json
-    import subprocess
-    import sys
-
     env = dict(os.environ)
     env["FAULTPLANE_NO_WATCHDOG"] = "1"
-    proxy = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "faultplane.drivers.netproxy", "--upstream", "127.0.0.1:9"),
-            *("--control", "127.0.0.1:0", "--no-registry"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        info = json.loads(proxy.stdout.readline())  # type: ignore[union-attr]
+    with standalone_netproxy("--upstream", "127.0.0.1:9", env=env) as info:
         yield info["control"]
-    finally:
-        proxy.terminate()
-        proxy.wait(10)
 
 
 # --- a pair of network namespaces joined by a veth pair, for host network faults --------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from lease_helpers import stop_watchdogs
 from redis_secret import REDIS_PASSWORD
 
 import ctk_helpers
@@ -147,16 +147,7 @@ def test_journal_after_the_controller_dies_tells_what_the_watchdog_reverted(
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     marker = tmp_path / "marker.txt"
     doc = _experiment(target.pid, {"driver": "process", "name": "suspend", "arguments": {"pid": target.pid}})
-    doc["method"][1] = {
-        "type": "action",
-        "name": "wait",
-        "provider": {
-            "type": "python",
-            "module": "ctk_helpers",
-            "func": "slow",
-            "arguments": {"seconds": 30, "marker": str(marker)},
-        },
-    }
+    doc["method"][1] = ctk_helpers.slow_action(marker)
     doc["configuration"] = {"lease_ttl_s": 5}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -184,10 +175,7 @@ def test_journal_after_the_controller_dies_tells_what_the_watchdog_reverted(
             proc.kill()
         target.kill()
         target.wait(5)
-        for lock in leases.lease_dir().glob("watchdog*.lock"):
-            text = lock.read_text().strip()
-            if text.isdigit() and psutil.pid_exists(int(text)):
-                psutil.Process(int(text)).send_signal(signal.SIGTERM)
+        stop_watchdogs()
 
 
 def test_a_secret_from_the_experiment_is_sealed_end_to_end_and_the_watchdog_still_reverts(
@@ -215,16 +203,7 @@ def test_a_secret_from_the_experiment_is_sealed_end_to_end_and_the_watchdog_stil
                     "arguments": {"url": f"redis://:${{pw}}@{host}/0", "timeout_ms": 60000, "mode": "WRITE"},
                 },
             },
-            {
-                "type": "action",
-                "name": "wait",
-                "provider": {
-                    "type": "python",
-                    "module": "ctk_helpers",
-                    "func": "slow",
-                    "arguments": {"seconds": 30, "marker": str(marker)},
-                },
-            },
+            ctk_helpers.slow_action(marker),
         ],
     }
     path = tmp_path / "exp.yaml"
@@ -260,10 +239,7 @@ def test_a_secret_from_the_experiment_is_sealed_end_to_end_and_the_watchdog_stil
         client.close()
         if proc.poll() is None:
             proc.kill()
-        for lock in leases.lease_dir().glob("watchdog*.lock"):
-            text = lock.read_text().strip()
-            if text.isdigit() and psutil.pid_exists(int(text)):
-                psutil.Process(int(text)).send_signal(signal.SIGTERM)
+        stop_watchdogs()
 
 
 def test_a_misspelt_field_inside_a_list_of_hosts_gets_the_closest_name() -> None:

@@ -6,7 +6,6 @@ netproxy, sshd) or a real socket that accepts and never answers."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import stat
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
+from lease_helpers import stop_watchdogs
 from redis_secret import REDIS_PASSWORD
 
 from faultplane.drivers import leases, sealing
@@ -352,14 +352,6 @@ STEPS_CONTROLLER = textwrap.dedent(
 )
 
 
-def _stop_watchdogs() -> None:
-    for lock in leases.lease_dir().glob("watchdog*.lock"):
-        text = lock.read_text().strip()
-        alive = text.isdigit() and psutil.pid_exists(int(text))
-        if alive and "faultplane.drivers.leases" in " ".join(psutil.Process(int(text)).cmdline()):
-            os.kill(int(text), signal.SIGTERM)
-
-
 def _write_blocked(url: str) -> bool:
     c = redis.Redis.from_url(url, socket_timeout=0.3)
     try:
@@ -410,7 +402,7 @@ def test_watchdog_unseals_and_reverts_after_the_controller_dies(
         if ctl.poll() is None:
             ctl.kill()
             ctl.wait(5)
-        _stop_watchdogs()
+        stop_watchdogs()
 
 
 # --- 5. exhaustion: achieved against asked -------------------------------------------------------------------

@@ -17,6 +17,8 @@ import psutil
 import psycopg
 import pytest
 import redis
+from lease_helpers import stop_watchdogs
+from tcp import standalone_netproxy, sync_rtt, threaded_echo_server
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, get_activity
@@ -99,17 +101,6 @@ def _wait(pred, timeout: float) -> float | None:  # type: ignore[no-untyped-def]
     return None
 
 
-def _stop_watchdog() -> None:
-    # one watchdog per controller process (each holds its controller's sealing key)
-    for lock in leases.lease_dir().glob("watchdog*.lock"):
-        if lock.read_text().strip().isdigit():
-            pid = int(lock.read_text())
-            if psutil.pid_exists(pid) and "faultplane.drivers.leases" in " ".join(
-                psutil.Process(pid).cmdline()
-            ):
-                os.kill(pid, signal.SIGTERM)
-
-
 @pytest.fixture
 def target():  # type: ignore[no-untyped-def]
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -148,7 +139,7 @@ def test_killed_controller_fault_is_reverted_by_the_watchdog(target, lease_env) 
     finally:
         if ctl.poll() is None:
             ctl.kill()
-        _stop_watchdog()
+        stop_watchdogs()
 
 
 def test_hung_controller_lease_expires_and_is_reverted(target, lease_env) -> None:  # type: ignore[no-untyped-def]
@@ -165,7 +156,7 @@ def test_hung_controller_lease_expires_and_is_reverted(target, lease_env) -> Non
     finally:
         ctl.kill()
         ctl.wait(5)
-        _stop_watchdog()
+        stop_watchdogs()
 
 
 @pytest.mark.anyio
@@ -293,7 +284,7 @@ def test_redis_exhaustion_of_every_slot_is_reverted_after_the_controller_is_kill
     finally:
         if ctl.poll() is None:
             ctl.kill()
-        _stop_watchdog()
+        stop_watchdogs()
 
 
 @pytest.mark.postgres
@@ -333,79 +324,43 @@ def test_postgres_exhaustion_by_a_non_superuser_is_reverted_when_the_controller_
     finally:
         ctl.kill()
         ctl.wait(5)
-        _stop_watchdog()
+        stop_watchdogs()
 
 
 def test_standalone_netproxy_latency_and_route_are_reverted_when_the_controller_hangs(lease_env) -> None:  # type: ignore[no-untyped-def]
-    import socket
-    import threading
-
-    echo_srv = socket.create_server(("127.0.0.1", 0))
-    up = echo_srv.getsockname()[1]
-
-    def serve() -> None:
-        while True:
-            try:
-                c, _ = echo_srv.accept()
-            except OSError:
-                return
-            threading.Thread(target=_echo, args=(c,), daemon=True).start()
-
-    def _echo(c: socket.socket) -> None:
-        with c:
-            while data := c.recv(65536):
-                c.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    proxy = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "faultplane.drivers.netproxy", "--name", "db"),
-            *("--upstream", f"127.0.0.1:{up}", "--control", "127.0.0.1:0", "--no-registry"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=lease_env,
-    )
     ctl = None
     try:
-        info = json.loads(proxy.stdout.readline())  # type: ignore[union-attr]
-        control, port = info["control"], int(info["routes"][0]["listen"].rsplit(":", 1)[1])
-
-        def rtt() -> float:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                t0 = time.perf_counter()
-                s.sendall(b"ping")
-                got = b""
-                while len(got) < 4:
-                    got += s.recv(4)
-                return time.perf_counter() - t0
-
-        assert rtt() < 0.2
-        ttl = 2.0
-        steps = [
-            [
-                "netproxy",
-                "create_route",
-                {"control_url": control, "name": "extra", "upstream": f"127.0.0.1:{up}"},
-            ],
-            ["netproxy", "latency", {"control_url": control, "route": "db", "latency_ms": 400}],
-        ]
-        ctl, _ = _run_steps(steps, ttl, lease_env)
-        assert rtt() >= 0.4
-        assert sorted(r["name"] for r in httpx.get(f"{control}/routes").json()) == ["db", "extra"]
-        ctl.send_signal(signal.SIGSTOP)
-        took = _wait(lambda: httpx.get(f"{control}/routes/db").json()["toxics"] == [], ttl + 8)
-        assert took is not None, "the latency toxic outlived the hung controller's lease"
-        assert rtt() < 0.2
-        assert (
-            _wait(lambda: [r["name"] for r in httpx.get(f"{control}/routes").json()] == ["db"], 5) is not None
-        )
-        assert _wait(lambda: _watchdog_log().count("expired; reverted") == 2, 5) is not None, _watchdog_log()
+        with (
+            threaded_echo_server() as up,
+            standalone_netproxy("--name", "db", "--upstream", f"127.0.0.1:{up}", env=lease_env) as info,
+        ):
+            control, port = info["control"], int(info["routes"][0]["listen"].rsplit(":", 1)[1])
+            assert sync_rtt(port) < 0.2
+            ttl = 2.0
+            steps = [
+                [
+                    "netproxy",
+                    "create_route",
+                    {"control_url": control, "name": "extra", "upstream": f"127.0.0.1:{up}"},
+                ],
+                ["netproxy", "latency", {"control_url": control, "route": "db", "latency_ms": 400}],
+            ]
+            ctl, _ = _run_steps(steps, ttl, lease_env)
+            assert sync_rtt(port) >= 0.4
+            assert sorted(r["name"] for r in httpx.get(f"{control}/routes").json()) == ["db", "extra"]
+            ctl.send_signal(signal.SIGSTOP)
+            took = _wait(lambda: httpx.get(f"{control}/routes/db").json()["toxics"] == [], ttl + 8)
+            assert took is not None, "the latency toxic outlived the hung controller's lease"
+            assert sync_rtt(port) < 0.2
+            assert (
+                _wait(lambda: [r["name"] for r in httpx.get(f"{control}/routes").json()] == ["db"], 5)
+                is not None
+            )
+            assert _wait(lambda: _watchdog_log().count("expired; reverted") == 2, 5) is not None, (
+                _watchdog_log()
+            )
     finally:
         if ctl is not None:
             ctl.kill()
             ctl.wait(5)
-        proxy.terminate()
-        proxy.wait(10)
-        echo_srv.close()
-        _stop_watchdog()
+        stop_watchdogs()

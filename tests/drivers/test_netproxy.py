@@ -7,7 +7,8 @@ import os
 import time
 
 import pytest
-from tcp import connect, echo, rtt, tcp_server
+from lease_helpers import stop_watchdogs
+from tcp import connect, echo, rtt, standalone_netproxy, sync_rtt, tcp_server, threaded_echo_server
 
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
 from faultplane.drivers.netproxy import Route, parse_toxic
@@ -412,98 +413,43 @@ anyio.run(main)
 
 def test_standalone_proxy_over_the_control_api_and_lease_revert(lease_env) -> None:  # type: ignore[no-untyped-def]
     """A long-lived proxy process; the controller adding a toxic dies; the watchdog removes the toxic."""
-    import json
     import signal
-    import socket
     import subprocess
     import sys
 
     import httpx
 
-    echo_srv = socket.create_server(("127.0.0.1", 0))
-    up = echo_srv.getsockname()[1]
-
-    def serve() -> None:
-        while True:
-            try:
-                c, _ = echo_srv.accept()
-            except OSError:
-                return
-            with c:
-                while data := c.recv(65536):
-                    c.sendall(data)
-
-    import threading
-
-    threading.Thread(target=serve, daemon=True).start()
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "faultplane.drivers.netproxy",
-            "--upstream",
-            f"127.0.0.1:{up}",
-            "--control",
-            "127.0.0.1:0",
-            "--no-registry",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=lease_env,
-    )
     ctl = None
     try:
-        info = json.loads(proxy.stdout.readline())  # type: ignore[union-attr]
-        control = info["control"]
-        port = int(info["routes"][0]["listen"].rsplit(":", 1)[1])
-
-        def sync_rtt() -> float:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                t0 = time.perf_counter()
-                s.sendall(b"ping")
-                got = b""
-                while len(got) < 4:
-                    got += s.recv(4)
-                return time.perf_counter() - t0
-
-        assert sync_rtt() < 0.2
-        bad = httpx.post(f"{control}/routes/default/toxics", json={"type": "latency"})
-        assert bad.status_code == 400 and "latency_ms" in bad.json()["error"]
-        ctl = subprocess.Popen(
-            [sys.executable, "-c", STANDALONE_CONTROLLER, control],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=lease_env,
-        )
-        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
-        assert httpx.get(f"{control}/routes/default").json()["toxics"][0]["latency_ms"] == 300
-        assert sync_rtt() >= 0.3
-        ctl.send_signal(signal.SIGKILL)
-        ctl.wait(5)
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline and httpx.get(f"{control}/routes/default").json()["toxics"]:
-            time.sleep(0.1)
-        assert httpx.get(f"{control}/routes/default").json()["toxics"] == []
-        assert sync_rtt() < 0.2
+        with (
+            threaded_echo_server() as up,
+            standalone_netproxy("--upstream", f"127.0.0.1:{up}", env=lease_env) as info,
+        ):
+            control = info["control"]
+            port = int(info["routes"][0]["listen"].rsplit(":", 1)[1])
+            assert sync_rtt(port) < 0.2
+            bad = httpx.post(f"{control}/routes/default/toxics", json={"type": "latency"})
+            assert bad.status_code == 400 and "latency_ms" in bad.json()["error"]
+            ctl = subprocess.Popen(
+                [sys.executable, "-c", STANDALONE_CONTROLLER, control],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=lease_env,
+            )
+            assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
+            assert httpx.get(f"{control}/routes/default").json()["toxics"][0]["latency_ms"] == 300
+            assert sync_rtt(port) >= 0.3
+            ctl.send_signal(signal.SIGKILL)
+            ctl.wait(5)
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and httpx.get(f"{control}/routes/default").json()["toxics"]:
+                time.sleep(0.1)
+            assert httpx.get(f"{control}/routes/default").json()["toxics"] == []
+            assert sync_rtt(port) < 0.2
     finally:
         if ctl is not None and ctl.poll() is None:
             ctl.kill()
-        proxy.terminate()
-        proxy.wait(10)
-        echo_srv.close()
-        from faultplane.drivers import leases
-
-        lock = next(iter(leases.lease_dir().glob("watchdog*.lock")), leases.lease_dir() / "watchdog.lock")
-        if lock.exists() and lock.read_text().strip().isdigit():
-            import os
-
-            import psutil
-
-            pid = int(lock.read_text())
-            if psutil.pid_exists(pid) and "faultplane.drivers.leases" in " ".join(
-                psutil.Process(pid).cmdline()
-            ):
-                os.kill(pid, signal.SIGTERM)
+        stop_watchdogs()
 
 
 async def test_timeout_action_blackholes_requests_and_rollback_restores() -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
+from lease_helpers import stop_watchdogs
 from test_hostres import _FORKER
-from test_lease_hygiene import STEPS_CONTROLLER, _stop_watchdogs
+from test_lease_hygiene import STEPS_CONTROLLER
 
 from faultplane.drivers import leases
 
@@ -99,6 +100,6 @@ def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server,
             ctl.wait(5)
         forker.kill()
         forker.wait()
-        _stop_watchdogs()
+        stop_watchdogs()
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute(f"DROP TABLE {table}")

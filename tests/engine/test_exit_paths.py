@@ -23,26 +23,8 @@ def _experiment(tmp_path: Path, **method_extra: Any) -> Path:
     doc = {
         "title": "long running",
         "method": [
-            {
-                "type": "action",
-                "name": "apply",
-                "provider": {
-                    "type": "driver",
-                    "driver": "testdriver",
-                    "name": "mark",
-                    "arguments": {"path": str(tmp_path / "fault")},
-                },
-            },
-            {
-                "type": "action",
-                "name": "wait",
-                "provider": {
-                    "type": "python",
-                    "module": "ctk_helpers",
-                    "func": "slow",
-                    "arguments": {"seconds": 30, "marker": str(marker)},
-                },
-            },
+            ctk_helpers.mark_action(tmp_path / "fault"),
+            ctk_helpers.slow_action(marker),
         ],
         "rollbacks": [rollback_recorder(marker)],
     }

@@ -49,16 +49,7 @@ def test_abort_all_stops_runs_and_reverts_every_fault(tmp_path: Path) -> None:
                         "arguments": {"pid": victim.pid},
                     },
                 },
-                {
-                    "type": "action",
-                    "name": "wait",
-                    "provider": {
-                        "type": "python",
-                        "module": "ctk_helpers",
-                        "func": "slow",
-                        "arguments": {"seconds": 60, "marker": str(tmp_path / "hung-marker")},
-                    },
-                },
+                ctk_helpers.slow_action(tmp_path / "hung-marker", seconds=60),
             ],
         }
         (tmp_path / "hang.yaml").write_text(yaml.safe_dump(exp))

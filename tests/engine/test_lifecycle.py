@@ -26,6 +26,12 @@ def py(name: str, func: str, kind: str = "probe", **arguments: Any) -> dict[str,
     }
 
 
+def flag_absent(flag: Path) -> dict[str, Any]:
+    """A steady-state probe that holds while `flag` does not exist: the method creates it to break the state."""
+    provider = {"type": "python", "module": "os.path", "func": "exists", "arguments": {"path": str(flag)}}
+    return {"type": "probe", "name": "flag-absent", "provider": provider, "tolerance": False}
+
+
 def experiment(
     marker: Path,
     *,
@@ -109,19 +115,7 @@ async def test_rollback_strategy_deviated_runs_when_the_after_check_fails(
         method=[py("break", "record", "action", path=str(flag), line="x")],
         rollback_strategy="deviated",
     )
-    exp["steady-state-hypothesis"]["probes"] = [
-        {
-            "type": "probe",
-            "name": "flag-absent",
-            "provider": {
-                "type": "python",
-                "module": "os.path",
-                "func": "exists",
-                "arguments": {"path": str(flag)},
-            },
-            "tolerance": False,
-        }
-    ]
+    exp["steady-state-hypothesis"]["probes"] = [flag_absent(flag)]
     exp["runtime"]["recovery_timeout"] = 0.2
     result = await run_experiment(exp, store=store)
     assert result.status == "deviated" and result.steady_state_after is False
@@ -163,19 +157,8 @@ async def test_activity_timeout_fails_and_rolls_back(tmp_path: Path, store: Stor
 async def test_deviated_after_method(tmp_path: Path, store: Store) -> None:
     marker = tmp_path / "m.txt"
     flag = tmp_path / "flag"
-    probe = {
-        "type": "probe",
-        "name": "flag-absent",
-        "provider": {
-            "type": "python",
-            "module": "os.path",
-            "func": "exists",
-            "arguments": {"path": str(flag)},
-        },
-        "tolerance": False,
-    }
     exp = experiment(marker, method=[py("break", "record", "action", path=str(flag), line="x")])
-    exp["steady-state-hypothesis"]["probes"] = [probe]
+    exp["steady-state-hypothesis"]["probes"] = [flag_absent(flag)]
     exp["runtime"]["recovery_timeout"] = 0.5
     result = await run_experiment(exp, store=store)
     assert result.status == "deviated" and result.exit_code == 1
@@ -187,19 +170,8 @@ async def test_deviated_after_method(tmp_path: Path, store: Store) -> None:
 
 async def test_recovery_is_measured_after_rollback(tmp_path: Path, store: Store) -> None:
     flag = tmp_path / "flag"
-    probe = {
-        "type": "probe",
-        "name": "flag-absent",
-        "provider": {
-            "type": "python",
-            "module": "os.path",
-            "func": "exists",
-            "arguments": {"path": str(flag)},
-        },
-        "tolerance": False,
-    }
     exp = experiment(tmp_path / "m", method=[py("break", "record", "action", path=str(flag), line="x")])
-    exp["steady-state-hypothesis"]["probes"] = [probe]
+    exp["steady-state-hypothesis"]["probes"] = [flag_absent(flag)]
     exp["rollbacks"] = [
         {
             "type": "action",
@@ -247,17 +219,6 @@ async def test_continuously_and_during_method_check_while_the_method_runs(
 
 async def test_during_method_fail_fast_stops_the_method(tmp_path: Path, store: Store) -> None:
     flag = tmp_path / "flag"
-    probe = {
-        "type": "probe",
-        "name": "flag-absent",
-        "provider": {
-            "type": "python",
-            "module": "os.path",
-            "func": "exists",
-            "arguments": {"path": str(flag)},
-        },
-        "tolerance": False,
-    }
     exp = experiment(
         tmp_path / "m",
         method=[
@@ -266,7 +227,7 @@ async def test_during_method_fail_fast_stops_the_method(tmp_path: Path, store: S
         ],
         hypothesis_strategy="continuously",
     )
-    exp["steady-state-hypothesis"]["probes"] = [probe]
+    exp["steady-state-hypothesis"]["probes"] = [flag_absent(flag)]
     exp["runtime"]["hypothesis"].update(frequency=0.1, fail_fast=True)
     exp["runtime"]["recovery_timeout"] = 0.3
     with anyio.fail_after(3):
@@ -288,16 +249,7 @@ async def test_background_activities_run_concurrently(tmp_path: Path, store: Sto
 async def test_driver_reverts_run_on_failure(tmp_path: Path, store: Store) -> None:
     fault_file = tmp_path / "fault-applied"
     method = [
-        {
-            "type": "action",
-            "name": "apply",
-            "provider": {
-                "type": "driver",
-                "driver": "testdriver",
-                "name": "mark",
-                "arguments": {"path": str(fault_file)},
-            },
-        },
+        ctk_helpers.mark_action(fault_file),
         py("check", "record", "action", path=str(tmp_path / "seen"), line=str(fault_file.exists())),
         py("bad", "fail", "action"),
     ]

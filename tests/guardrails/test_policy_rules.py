@@ -72,56 +72,25 @@ def test_numeric_gate_with_window_is_accepted(gate: dict[str, Any]) -> None:
     assert _rules(base_experiment(slo_gates=[gate])) == []
 
 
+def _gate(rollback_on: str, sli: str = "error_rate", name: str = "e", **extra: Any) -> list[dict[str, Any]]:
+    """A one-gate `slo_gates` list, so the refusal table below lists only what each case changes."""
+    return [{"name": name, "sli": sli, "rollback_on": rollback_on, **extra}]
+
+
 @pytest.mark.parametrize(
     ("gates", "rule", "field"),
     [
         (None, "gates.required", "slo_gates"),
         ([], "gates.required", "slo_gates"),
-        (
-            [{"name": "e", "sli": "error_rate", "rollback_on": "error_rate > high for 30s"}],
-            "gates.numeric",
-            "slo_gates[0].rollback_on",
-        ),
-        (
-            [{"name": "e", "sli": "error_rate", "rollback_on": "error_rate is bad"}],
-            "gates.numeric",
-            "slo_gates[0].rollback_on",
-        ),
-        (
-            [{"name": "e", "sli": "error_rate", "rollback_on": "error_rate > 0.01"}],
-            "gates.window",
-            "slo_gates",
-        ),
-        (
-            [{"name": "e", "sli": "error_rate", "rollback_on": "error_rate > 0.01 for 0s"}],
-            "gates.window",
-            "slo_gates",
-        ),
-        (
-            [{"name": "e", "sli": "error_rate", "rollback_on": "latency_p99 > 800 for 5s"}],
-            "gates.numeric",
-            "slo_gates[0].rollback_on",
-        ),
-        (
-            [{"name": "e", "sli": "error_rate", "rollback_on": "error_rate > 5 for 30s"}],
-            "gates.numeric",
-            "slo_gates[0].rollback_on",
-        ),
-        (
-            [{"name": "e", "sli": "error_rate", "rollback_on": "error_rate > 0.01 for 5s", "interval_s": 10}],
-            "gates.window",
-            "slo_gates[0].interval_s",
-        ),
-        (
-            [{"name": "e", "sli": "magic", "rollback_on": "magic > 1 for 5s"}],
-            "gates.numeric",
-            "slo_gates[0].sli",
-        ),
-        (
-            [{"name": "p", "sli": "probe", "rollback_on": "probe > 800 for 5s"}],
-            "gates.numeric",
-            "slo_gates[0]",
-        ),
+        (_gate("error_rate > high for 30s"), "gates.numeric", "slo_gates[0].rollback_on"),
+        (_gate("error_rate is bad"), "gates.numeric", "slo_gates[0].rollback_on"),
+        (_gate("error_rate > 0.01"), "gates.window", "slo_gates"),
+        (_gate("error_rate > 0.01 for 0s"), "gates.window", "slo_gates"),
+        (_gate("latency_p99 > 800 for 5s"), "gates.numeric", "slo_gates[0].rollback_on"),
+        (_gate("error_rate > 5 for 30s"), "gates.numeric", "slo_gates[0].rollback_on"),
+        (_gate("error_rate > 0.01 for 5s", interval_s=10), "gates.window", "slo_gates[0].interval_s"),
+        (_gate("magic > 1 for 5s", sli="magic"), "gates.numeric", "slo_gates[0].sli"),
+        (_gate("probe > 800 for 5s", sli="probe", name="p"), "gates.numeric", "slo_gates[0]"),
         ("error_rate > 0.01", "gates.required", "slo_gates"),
     ],
 )

@@ -27,6 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import FIXTURES, ServerEnv, free_port, make_env, run_http_server, server_argv
 
+from jsonrpc_helpers import init_params
+
 LIMIT = 65536
 ERROR_CODES = {-32700, -32600, -32601, -32602, -32603}
 ACCEPT = "application/json, text/event-stream"
@@ -190,12 +192,7 @@ class LinePeer:
 
     def initialize(self) -> None:
         rid = next(_ids)
-        params = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        }
-        self.send(_enc({"jsonrpc": "2.0", "id": rid, "method": "initialize", "params": params}))
+        self.send(_enc({"jsonrpc": "2.0", "id": rid, "method": "initialize", "params": init_params()}))
         self.until(rid)
         self.send(_enc({"jsonrpc": "2.0", "method": "notifications/initialized"}))
 
@@ -219,19 +216,22 @@ def module_env(tmp_path_factory: pytest.TempPathFactory) -> ServerEnv:
     return make_env(tmp_path_factory.mktemp("hostile"))
 
 
+# the stdio proxy, unrecorded, with the same frame limit as the server (append "--" and the server's argv)
+STDIO_PROXY = [
+    sys.executable,
+    "-m",
+    "faultplane.plane.proxy_stdio",
+    "--no-record",
+    "--max-frame-bytes",
+    str(LIMIT),
+]
+
+
 @pytest.fixture(scope="module", params=["server", "proxy"])
 def stdio_surface(request: pytest.FixtureRequest, module_env: ServerEnv) -> Iterator[LinePeer]:
     argv = server_argv("--max-frame-bytes", str(LIMIT))
     if request.param == "proxy":
-        proxy = [
-            sys.executable,
-            "-m",
-            "faultplane.plane.proxy_stdio",
-            "--no-record",
-            "--max-frame-bytes",
-            str(LIMIT),
-        ]
-        argv = [*proxy, "--", *argv]
+        argv = [*STDIO_PROXY, "--", *argv]
     peer = LinePeer(argv, _env(module_env))
     peer.initialize()
     yield peer
@@ -277,12 +277,7 @@ class HttpSurface:
         return [resp.json()] if resp.content else []
 
     def initialize(self) -> None:
-        params = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        }
-        resp = self.post(_enc(_request("initialize", params=params)))
+        resp = self.post(_enc(_request("initialize", params=init_params())))
         assert resp.status_code == 200, resp.text
         self.session = resp.headers.get("mcp-session-id")
         assert self.post(_enc({"jsonrpc": "2.0", "method": "notifications/initialized"})).status_code == 202
@@ -360,16 +355,8 @@ server_frames = st.one_of(deep(), oversized(), bad_utf8(), batches, bad_envelope
 
 @pytest.fixture(scope="module")
 def stdio_proxy_to_hostile(module_env: ServerEnv) -> Iterator[LinePeer]:
-    proxy = [
-        sys.executable,
-        "-m",
-        "faultplane.plane.proxy_stdio",
-        "--no-record",
-        "--max-frame-bytes",
-        str(LIMIT),
-    ]
     peer = LinePeer(
-        [*proxy, "--", sys.executable, str(FIXTURES / "hostile_stdio_server.py")], _env(module_env)
+        [*STDIO_PROXY, "--", sys.executable, str(FIXTURES / "hostile_stdio_server.py")], _env(module_env)
     )
     yield peer
     peer.close()

@@ -229,23 +229,11 @@ async def test_sigterm_over_stdio_rolls_back_the_running_experiment(
 
     from mcp_helpers import server_argv
 
+    from jsonrpc_helpers import initialize, tool_call
+
     marker = tmp_path / "rolled-back"
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
-    call = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {"name": "chaos_run_experiment", "arguments": {"experiment": slow_experiment(marker)}},
-    }
+    init = initialize(1)
+    call = tool_call(2, "chaos_run_experiment", {"experiment": slow_experiment(marker)})
     env = {**os.environ, **server_env.env}
     with anyio.fail_after(90):
         async with await anyio.open_process(server_argv(), env=env, stderr=subprocess.DEVNULL) as proc:

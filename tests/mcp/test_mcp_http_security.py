@@ -14,20 +14,12 @@ import pytest
 from mcp_helpers import ServerEnv, run_http_server, server_argv
 
 from faultplane.mcp_server.http import HttpConfig, HttpConfigError, is_loopback, load_token
+from jsonrpc_helpers import initialize
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "s3cret-token-0123456789abcdef"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
+INIT = initialize(1)
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 

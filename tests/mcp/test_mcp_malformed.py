@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import HttpServer, ServerEnv, server_argv
 
+from jsonrpc_helpers import initialize, tool_call
+
 pytestmark = pytest.mark.anyio
 
 N_MESSAGES = 200
@@ -94,17 +96,7 @@ eras = st.sampled_from(["session", "modern", "no-session"])
 
 
 def _initialize(http: httpx.Client, url: str) -> str:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "fuzz", "version": "0"},
-        },
-    }
-    r = http.post(url, json=init, headers={"accept": ACCEPT})
+    r = http.post(url, json=initialize(0), headers={"accept": ACCEPT})
     assert r.status_code == 200
     sid = r.headers["mcp-session-id"]
     r = http.post(
@@ -187,22 +179,8 @@ async def test_stdio_garbage_lines_dont_stop_the_server(server_env: ServerEnv) -
         b"null",
         b"{}" * 1000,
     ]
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
-    call = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {"name": "chaos_status", "arguments": {}},
-    }
+    init = initialize(1)
+    call = tool_call(2, "chaos_status")
 
     import os
 
@@ -387,18 +365,7 @@ def test_stdio_200_generated_malformed_messages_get_the_errors_json_rpc_requires
     peer = StdioPeer(server_env)
     checked: list[Expectation] = []
     try:
-        peer.send(
-            {
-                "jsonrpc": "2.0",
-                "id": "init",
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "fuzz", "version": "0"},
-                },
-            }
-        )
+        peer.send(initialize("init"))
         assert peer.until("init")[-1]["result"]["serverInfo"]["name"] == "faultplane"
         peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
@@ -432,14 +399,7 @@ def test_stdio_200_generated_malformed_messages_get_the_errors_json_rpc_requires
         one()
         assert len(checked) >= N_MESSAGES
         # still serving: a real tool call works
-        peer.send(
-            {
-                "jsonrpc": "2.0",
-                "id": "last",
-                "method": "tools/call",
-                "params": {"name": "chaos_status", "arguments": {}},
-            }
-        )
+        peer.send(tool_call("last", "chaos_status"))
         result = peer.until("last")[-1]["result"]
         assert result["isError"] is False and "active_faults" in result["structuredContent"]
     finally:

@@ -22,6 +22,14 @@ def _shared_upstream() -> Iterator[str]:
         stop(proc)
 
 
+def _listening(procs: list[subprocess.Popen[bytes]], cmd: list[str], port: int, env: dict[str, str]) -> str:
+    """Start `cmd` (kept in `procs` for the fixture to stop) and return its /mcp URL once `port` listens."""
+    proc = subprocess.Popen(cmd, env=env)
+    procs.append(proc)
+    wait_port(port, proc)
+    return f"http://127.0.0.1:{port}/mcp"
+
+
 @pytest.fixture
 def http_upstream(_shared_upstream: str) -> Iterator[Callable[..., str]]:
     """The fixture server over streamable HTTP, returning its /mcp URL (flags start a dedicated one)."""
@@ -31,10 +39,7 @@ def http_upstream(_shared_upstream: str) -> Iterator[Callable[..., str]]:
         if not flags:
             return _shared_upstream
         port = free_port()
-        proc = subprocess.Popen([PY, SERVER, "http", str(port), *flags], env=child_env())
-        procs.append(proc)
-        wait_port(port, proc)
-        return f"http://127.0.0.1:{port}/mcp"
+        return _listening(procs, [PY, SERVER, "http", str(port), *flags], port, child_env())
 
     yield start
     for p in procs:
@@ -51,10 +56,7 @@ def http_proxy() -> Iterator[Callable[..., str]]:
         cmd = [PY, "-m", "faultplane.plane.proxy_http", "--upstream", upstream, "--port", str(port)]
         if plan is not None:
             cmd += ["--plan", str(plan)]
-        proc = subprocess.Popen([*cmd, *args], env=child_env(**env))
-        procs.append(proc)
-        wait_port(port, proc)
-        return f"http://127.0.0.1:{port}/mcp"
+        return _listening(procs, [*cmd, *args], port, child_env(**env))
 
     yield start
     for p in procs:

@@ -26,6 +26,7 @@ from planehelp import PY, SERVER, child_env, write_plan
 
 from faultplane.plane.faults import FaultEngine
 from faultplane.plane.plan import parse_plan
+from jsonrpc_helpers import init_params
 
 pytestmark = pytest.mark.anyio
 
@@ -289,12 +290,7 @@ async def test_every_fault_type_through_the_stdio_proxy(tmp_path: Path) -> None:
             async with anyio.create_task_group() as tg:
                 wire = StdioWire(proc)
                 tg.start_soon(wire.read_forever)
-                init = {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                }
-                await wire.request("initialize", init, 30)
+                await wire.request("initialize", init_params(), 30)
                 await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
                 observed = await observe(wire)
                 tg.cancel_scope.cancel()
@@ -310,14 +306,9 @@ async def test_every_fault_type_through_the_http_proxy(
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     with anyio.fail_after(120):
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=None)) as http:
-            init = {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            }
             r = await http.post(
                 proxy,
-                json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+                json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init_params()},
                 headers=headers,
             )
             headers = {

@@ -19,18 +19,14 @@ from test_plan import SEED_PLAN
 from faultplane.plane.faults import FaultEngine
 from faultplane.plane.plan import load_plan, parse_plan
 from faultplane.plane.simulator import Workload, simulate
+from jsonrpc_helpers import tool_call
 from mcp import Client
 
 SEED_TOOLS = ("get_incident", "fetch_logs", "restart_service", "search")
 
 
 def _call(rid: int, tool: str, **arguments: Any) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": rid,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments},
-    }
+    return tool_call(rid, tool, arguments)
 
 
 def _answer(rid: int, doc: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from faultplane.cli.plane import app
 from faultplane.plane.advice import advise
 from faultplane.plane.plan import parse_plan
+from jsonrpc_helpers import tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -31,12 +32,7 @@ PLAN = {
 
 
 def _call(rid: int, tool: str, args: dict[str, Any], task: str) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": rid,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": args, "_meta": {"faultplane/task": task}},
-    }
+    return tool_call(rid, tool, args, _meta={"faultplane/task": task})
 
 
 async def _session(tmp_path: Path, *, report: bool) -> dict[str, Any]:

@@ -18,26 +18,15 @@ from typer.testing import CliRunner
 
 from faultplane.cli.plane import app
 from faultplane.plane.recorder import plane_store
+from jsonrpc_helpers import initialize
+from jsonrpc_helpers import tool_call as call
 from mcp import Client, MCPError
 
 pytestmark = pytest.mark.anyio
 
 Start = Callable[..., str]
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-
-
-def call(rid: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": tool, "arguments": args}}
+INIT = initialize(0)
 
 
 async def wait_for_events(session: str, expected: int, timeout: float = 15.0) -> list[dict[str, Any]]:

@@ -8,6 +8,8 @@ import math
 import shutil
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from typer.testing import CliRunner
 
 from faultplane.cli.plane import app
 from faultplane.plane.recorder import plane_store
+from jsonrpc_helpers import initialize, tool_call
 from mcp import Client, MCPError
 
 pytestmark = pytest.mark.anyio
@@ -30,32 +33,13 @@ def within(count: int, n: int, p: float) -> bool:
 # --- raw wire helpers ---------------------------------------------------------------------------------------
 
 LEGACY_SCRIPT = [
-    {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    },
+    initialize(0),
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
     {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-    {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
-    },
-    {
-        "jsonrpc": "2.0",
-        "id": "s",
-        "method": "tools/call",
-        "params": {"name": "weather", "arguments": {"city": "é"}},
-    },
-    {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "catalog", "arguments": {"n": 3}}},
-    {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nope", "arguments": {}}},
+    tool_call(2, "add", {"a": 2, "b": 3}),
+    tool_call("s", "weather", {"city": "é"}),
+    tool_call(4, "catalog", {"n": 3}),
+    tool_call(5, "nope"),
     {"jsonrpc": "2.0", "id": 6, "method": "ping"},
     {"jsonrpc": "2.0", "id": 7, "method": "no/such/method"},
 ]
@@ -81,12 +65,24 @@ class Raw:
         line, _, self.buf = self.buf.partition(b"\n")
         return line + b"\n"
 
+    async def initialize(self) -> None:
+        """The first request of LEGACY_SCRIPT, answered."""
+        await self.send(LEGACY_SCRIPT[0])
+        await self.line()
+
     async def lines_for(self, seconds: float) -> list[bytes]:
         out = []
         with anyio.move_on_after(seconds):
             while True:
                 out.append(await self.line(seconds))
         return out
+
+
+@asynccontextmanager
+async def raw_process(cmd: list[str]) -> AsyncIterator[tuple[anyio.abc.Process, Raw]]:
+    """`cmd` (a proxy) started with the suite's environment, and a line-level client on its stdio."""
+    async with await anyio.open_process(cmd, env=child_env(), stderr=subprocess.DEVNULL) as proc:
+        yield proc, Raw(proc)
 
 
 async def run_raw(cmd: list[str], script: list[dict[str, Any]], env: dict[str, str]) -> list[bytes]:
@@ -291,12 +287,8 @@ async def test_sdk_client_shrugs_off_duplicate_responses(tmp_path: Path) -> None
 async def test_reorder_holds_a_response_until_the_next_one(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, {"faults": [{"type": "reorder", "tools": ["add"], "max_hold_ms": 1500}]})
     with anyio.fail_after(30):
-        async with await anyio.open_process(
-            proxy_cmd(plan), env=child_env(), stderr=subprocess.DEVNULL
-        ) as proc:
-            raw = Raw(proc)
-            await raw.send(LEGACY_SCRIPT[0])
-            await raw.line()
+        async with raw_process(proxy_cmd(plan)) as (proc, raw):
+            await raw.initialize()
             await raw.send(LEGACY_SCRIPT[1])
             await raw.send(LEGACY_SCRIPT[3])  # add: held
             await anyio.sleep(0.3)
@@ -411,12 +403,8 @@ async def test_task_labels_give_task_metrics(tmp_path: Path, mode: str) -> None:
 async def test_sigterm_stops_cleanly_and_keeps_the_records(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, {"faults": [{"type": "error_injection", "tools": ["add"]}]})
     with anyio.fail_after(30):
-        async with await anyio.open_process(
-            proxy_cmd(plan), env=child_env(), stderr=subprocess.DEVNULL
-        ) as proc:
-            raw = Raw(proc)
-            await raw.send(LEGACY_SCRIPT[0])
-            await raw.line()
+        async with raw_process(proxy_cmd(plan)) as (proc, raw):
+            await raw.initialize()
             await raw.send(LEGACY_SCRIPT[3])
             assert json.loads(await raw.line())["error"]["code"] == -32603
             proc.terminate()
@@ -430,17 +418,10 @@ async def test_sigterm_stops_cleanly_and_keeps_the_records(tmp_path: Path) -> No
 RAW_SERVER = [PY, str(Path(__file__).parent / "raw_server.py")]
 
 
-def tool_call(rid: Any, name: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": {}}}
-
-
 async def test_a_timed_out_answer_stays_swallowed_after_the_client_cancels(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, {"faults": [{"type": "timeout", "tools": ["late"]}]})
     with anyio.fail_after(30):
-        async with await anyio.open_process(
-            proxy_cmd(plan, server=RAW_SERVER), env=child_env(), stderr=subprocess.DEVNULL
-        ) as proc:
-            raw = Raw(proc)
+        async with raw_process(proxy_cmd(plan, server=RAW_SERVER)) as (proc, raw):
             await raw.send(tool_call(5, "late"))
             # The client gives up; the server answers 5 anyway, and only then 6 (one ordered pipe).
             await raw.send(
@@ -461,10 +442,7 @@ async def test_a_timed_out_answer_stays_swallowed_after_the_client_cancels(tmp_p
 async def test_reorder_is_released_by_a_response_not_by_notifications_or_requests(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, {"faults": [{"type": "reorder", "tools": ["chatty"], "max_hold_ms": 30000}]})
     with anyio.fail_after(30):
-        async with await anyio.open_process(
-            proxy_cmd(plan, server=RAW_SERVER), env=child_env(), stderr=subprocess.DEVNULL
-        ) as proc:
-            raw = Raw(proc)
+        async with raw_process(proxy_cmd(plan, server=RAW_SERVER)) as (proc, raw):
             await raw.send(tool_call(1, "chatty"))  # answered, then a notification and a server request
             first = [json.loads(await raw.line()), json.loads(await raw.line())]
             assert [m.get("method") for m in first] == ["notifications/message", "roots/list"]

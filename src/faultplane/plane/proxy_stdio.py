@@ -87,14 +87,17 @@ class _LineReader:
                 return line
             if len(self._buf) > self._limit:
                 return await self._skip_oversized()
-            try:
-                chunk = await self._receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                chunk = b""
-            if not chunk:
-                self._eof = True
-            else:
-                self._buf += chunk
+            self._buf += await self._next_chunk()
+
+    async def _next_chunk(self) -> bytes:
+        """The next bytes of the stream; b"" once it has ended or broken (and then it is at its end)."""
+        try:
+            chunk = await self._receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            chunk = b""
+        if not chunk:
+            self._eof = True
+        return chunk
 
     async def _skip_oversized(self) -> Oversized:
         head = Oversized(bytes(self._buf[:512]))
@@ -102,12 +105,8 @@ class _LineReader:
         self._buf.clear()
         self._scanned = 0
         while not self._eof:
-            try:
-                chunk = await self._receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                chunk = b""
+            chunk = await self._next_chunk()
             if not chunk:
-                self._eof = True
                 break
             i = chunk.find(b"\n")
             if i >= 0:

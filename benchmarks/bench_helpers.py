@@ -1,0 +1,60 @@
+"""What the engine and CLI benchmarks share: finding the two tools, a private lab environment, a timed child
+process and the many-probe experiment they run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab_policy import lab_config_home
+
+
+def installed(name: str) -> str | None:
+    """The command `name` of this interpreter's environment, else of $PATH."""
+    return shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
+
+
+def lab_env(state: Path, config_home: str | None = None) -> dict[str, str]:
+    """This environment with data, state and store under `state`, and the lab's relaxed user policy (written
+    under `state` unless `config_home` already holds it)."""
+    return dict(
+        os.environ,
+        FAULTPLANE_STORE=str(state / "store.duckdb"),
+        XDG_DATA_HOME=str(state),
+        XDG_STATE_HOME=str(state),
+        XDG_CONFIG_HOME=config_home or lab_config_home(state),
+    )
+
+
+def timed_run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, str]:
+    """(wall seconds, stdout) of one run of `cmd`; a failed run ends the benchmark with its stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return elapsed, proc.stdout
+
+
+def probes_experiment(n: int, title: str, description: str) -> dict:
+    """An experiment of `n` python probes (json.dumps checked by a regex): one in the hypothesis, the rest in
+    the method, so the engine's own cost per activity dominates."""
+    probes = [
+        {
+            "type": "probe",
+            "name": f"probe-{i}",
+            "tolerance": {"type": "regex", "pattern": "^[0-9]+$"},
+            "provider": {"type": "python", "module": "json", "func": "dumps", "arguments": {"obj": i}},
+        }
+        for i in range(n)
+    ]
+    return {
+        "title": title,
+        "description": description,
+        "steady-state-hypothesis": {"title": "in range", "probes": probes[:1]},
+        "method": probes[1:],
+    }
