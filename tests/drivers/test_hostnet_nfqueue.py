@@ -20,8 +20,9 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+from lease_helpers import stop_watchdogs
 from test_hostnet import _has_netem
-from test_lease_hygiene import STEPS_CONTROLLER, _stop_watchdogs
+from test_lease_hygiene import STEPS_CONTROLLER
 
 from clihelp import start_run
 from faultplane.drivers import leases, nfqueue
@@ -439,7 +440,7 @@ def test_watchdog_reverts_the_queue_rule_after_the_controller_is_sigkilled(pair,
         if ctl.poll() is None:
             ctl.kill()
             ctl.wait(5)
-        _stop_watchdogs()
+        stop_watchdogs()
 
 
 def _ipv4_tcp(payload: bytes) -> bytes:
