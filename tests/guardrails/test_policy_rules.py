@@ -338,7 +338,7 @@ def test_altered_and_expired_tokens_are_rejected(approver: Approver) -> None:
     # the last character carries only two bits; another spelling of the same bytes is refused, not verified
     last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".index(sig[-1])
     respelled = sig[:-1] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last ^ 1]
-    with pytest.raises(approvals.ApprovalError, match="unreadable"):
+    with pytest.raises(approvals.ApprovalError, match="signature is unreadable"):
         approvals.verify_token(f"{head}.{payload}.{respelled}", chash, trusted_keys=[approver.line])
     with pytest.raises(approvals.ApprovalError, match="expired"):
         approvals.verify_token(granted.token, chash, trusted_keys=[approver.line], now=time.time() + 120)

@@ -471,9 +471,14 @@ def _decode(token: str) -> tuple[str, dict[str, Any], bytes]:
         raise ApprovalError("not a Faultplane approval token (expected `fpa2.<payload>.<signature>`)")
     try:
         body = json.loads(_unb64(parts[1]))
-        signature = _unb64(parts[2])
     except (ValueError, UnicodeError, RecursionError):
         raise ApprovalError("approval token is unreadable (damaged or truncated)") from None
+    try:
+        signature = _unb64(parts[2])
+    except (ValueError, UnicodeError):
+        raise ApprovalError(
+            "approval token's signature is unreadable (damaged, truncated or respelled)"
+        ) from None
     if not isinstance(body, dict):
         raise ApprovalError("approval token payload is not an object")
     return parts[1], body, signature
