@@ -244,7 +244,7 @@ def _driver(where: str, p: DriverProvider) -> list[ValidationIssue]:
 
 
 def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
-    """(errors, warnings) for a planned experiment (`lifecycle.Plan`)."""
+    """(errors, warnings) for a planned experiment (`engine.plan.Plan`)."""
     from faultplane.engine.controls import unloadable_controls
 
     compat = p.experiment.runtime.ctk_compat

@@ -200,7 +200,7 @@ def disarm_inline_signals() -> None:
 
 async def _inline(fn: Callable[[], Any], timed: bool) -> Any:
     """`timed`: the activity has a timeout. The engine runs inline only where its own activity timeouts are
-    the only deadlines (see `_Runner._run_phases`), so the deadline is looked up only then."""
+    the only deadlines (see `lifecycle._Runner._run_phases`), so the deadline is looked up only then."""
     deadline = anyio.current_effective_deadline() if timed else float("inf")
     timed = deadline != float("inf")
     loop = asyncio.get_running_loop()
