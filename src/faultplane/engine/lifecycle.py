@@ -30,7 +30,6 @@ import faultplane.core.effects
 import faultplane.core.exposure
 import faultplane.core.hostile
 import faultplane.core.policy  # every run is checked against the policy: loaded with the engine
-import faultplane.core.policy_layers
 import faultplane.engine.choke
 import faultplane.engine.controls
 import faultplane.engine.keys

@@ -47,7 +47,7 @@ def check_experiment(
     approval_token: str | None = None,
 ) -> PolicyDecision:
     """The policy's decision on an experiment, as the engine would make it now."""
-    from faultplane.core.policy_layers import also_from
+    from faultplane.core.policy import also_from
 
     prepared = prepare(source, variables)
     with also_from(source):  # the experiment's own project policy holds wherever it is run from
