@@ -85,7 +85,7 @@ async def proxy_to(script: Script) -> AsyncIterator[tuple[Upstream, int]]:
     up_port = up_server.sockets[0].getsockname()[1]
     settings = ProxySettings(upstream=f"http://127.0.0.1:{up_port}/mcp", max_body_bytes=CAP)
     relay = Relay(settings, Interceptor(FaultPlan()), None)
-    server = await http1.serve(relay.handle, "127.0.0.1", 0, max_body=CAP)
+    server = await http1.serve(relay.handle, "127.0.0.1", 0, max_body=CAP, fast=relay.fast)
     try:
         yield up, server.sockets[0].getsockname()[1]
     finally:
@@ -282,6 +282,97 @@ async def test_malformed_requests_wrong_paths_and_methods_get_clear_answers() ->
             (s1, _, _), (s2, h2, _), (s3, _, b3) = await c.responses_until(3)
             assert (s1, s2, h2[b"allow"], s3, b3) == (404, 405, b"GET, POST, DELETE", 200, rpc(2))
         assert [b for _, b in up.requests] == [rpc(2)]
+
+
+# ---- the task-free path (Relay.fast): a call on a pooled connection, and each way it hands over -------------
+
+
+def in_turn(*answers: Callable[[bytes], bytes] | None) -> Script:
+    """One keep-alive connection answering its requests in turn: answers[i](body) is written for the i-th;
+    None waits for the proxy to close the connection (and notes it in `up.closed`)."""
+
+    async def script(
+        up: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int
+    ) -> None:
+        for make in answers:
+            req = await up.read_request(reader)
+            if req is None:
+                return
+            if make is None:
+                await reader.read()
+                up.closed.set()
+                return
+            writer.write(make(req[1]))
+            await writer.drain()
+
+    return script
+
+
+async def test_pipelined_requests_behind_a_call_on_a_pooled_connection_are_answered_in_order() -> None:
+    async with proxy_to(keep_alive_echo) as (up, port), client(port) as c:
+        c.post(rpc(0))
+        await c.responses_until(1)  # the upstream connection is pooled now
+        for i in range(1, 7):
+            c.post(rpc(i))  # the first goes out at once, the rest queue behind it
+        responses = await c.responses_until(7)
+        assert [(s, b) for s, _, b in responses] == [(200, rpc(i)) for i in range(7)]
+        assert up.connections == 1
+
+
+async def test_a_client_hanging_up_while_its_call_waits_closes_the_upstream_connection() -> None:
+    async with proxy_to(in_turn(answer, None)) as (up, port):
+        async with client(port) as c:
+            c.post(rpc(1))
+            await c.responses_until(1)
+            c.post(rpc(2))
+            with anyio.fail_after(20):
+                while len(up.requests) < 2:
+                    await asyncio.sleep(0.01)
+        with anyio.fail_after(20):
+            await up.closed.wait()  # the proxy let go of the call nobody waits for
+
+
+def sse_answer(body: bytes) -> bytes:
+    event = b"event: message\ndata: " + body + b"\n\n"
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        + b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event)
+    )
+
+
+def chunked_json(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n" + (
+        b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (3, body[:3], len(body) - 3, body[3:])
+    )
+
+
+def oversized(body: bytes) -> bytes:
+    return answer(b'{"jsonrpc":"2.0","id":3,"result":{"x":"' + b"a" * CAP + b'"}}')
+
+
+async def test_streamed_unsized_and_oversized_answers_on_a_pooled_connection() -> None:
+    """Answers the task-free path cannot take whole are handed over as they come: an SSE stream is relayed as
+    a stream, a chunked JSON body is read whole, one past the cap becomes the error that answers the call."""
+    async with (
+        proxy_to(in_turn(answer, sse_answer, chunked_json, oversized, answer)) as (_, port),
+        client(port) as c,
+    ):
+        for i in range(5):
+            c.post(rpc(i))
+            await c.responses_until(i + 1)
+        (s0, _, b0), (s1, h1, b1), (s2, _, b2), (s3, _, b3), (s4, _, b4) = c.responses
+    assert (s0, b0) == (200, rpc(0))
+    assert s1 == 200 and h1[b"content-type"] == b"text/event-stream"
+    assert b1 == b"event: message\ndata: " + rpc(1) + b"\n\n"
+    assert (s2, b2) == (200, rpc(2))
+    error = json.loads(b3)
+    assert (
+        s3 == 200
+        and error["id"] == 3
+        and error["error"]["code"] == -32603
+        and "--max-body-bytes" in error["error"]["message"]
+    )
+    assert (s4, b4) == (200, rpc(4))  # and the connection goes on
 
 
 # ---- hostile HTTP framing (property-based) -----------------------------------------------------------------

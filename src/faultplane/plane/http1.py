@@ -88,14 +88,37 @@ class Reply:
 
 
 Handler = Callable[[Request], Awaitable[Reply]]
+# What a request's answer is given as: a Reply, or an awaitable of one (run in a task).
+Answer = Reply | Awaitable[Reply]
+# The task-free path: fast(request, deliver) either declines (returns None; nothing was done, `handler` runs in
+# a task) or takes the request and returns how to abort it (the client hung up first); it calls deliver(answer)
+# exactly once, later, from a protocol callback, or at once.
+FastHandler = Callable[[Request, Callable[[Answer], None]], Callable[[], None] | None]
+
+
+class _Taken:
+    """One request the fast handler took: delivered at most once, to the connection that asked."""
+
+    __slots__ = ("abort", "conn", "done", "keep_alive")
+
+    def __init__(self, conn: _ServerConn, keep_alive: bool) -> None:
+        self.conn = conn
+        self.keep_alive = keep_alive
+        self.done = False
+        self.abort: Callable[[], None] | None = None
+
+    def deliver(self, answer: Answer) -> None:
+        self.conn._delivered(self, answer)
 
 
 class _ServerConn(asyncio.Protocol):
     """One client connection: requests parsed as they arrive, answered one after another."""
 
-    def __init__(self, handler: Handler, max_body: int) -> None:
+    def __init__(self, handler: Handler, max_body: int, fast: FastHandler | None = None) -> None:
         self.handler = handler
+        self.fast = fast
         self.max_body = max_body
+        self.taken: _Taken | None = None  # a request the fast handler is answering
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[tuple[Request, bool]] = collections.deque()
@@ -123,6 +146,11 @@ class _ServerConn(asyncio.Protocol):
         self.can_write.set()
         if self.task is not None and not self.task.done():
             self.task.cancel()  # the client hung up: its handler (and upstream stream) end now
+        taken, self.taken = self.taken, None
+        if taken is not None and not taken.done:
+            taken.done = True
+            if taken.abort is not None:
+                taken.abort()  # the same for a request the fast handler holds
 
     def pause_writing(self) -> None:
         self.can_write.clear()
@@ -201,12 +229,51 @@ class _ServerConn(asyncio.Protocol):
             body=bytes(self._body),
             too_large=self._too_large,
         )
-        self.queue.append((req, self.parser.should_keep_alive()))
+        keep_alive = self.parser.should_keep_alive()
+        idle = self.taken is None and not self.queue and (self.task is None or self.task.done())
+        if idle and self.fast is not None and not self.closed:
+            # Answered from protocol callbacks, without a task per request when the handler can.
+            taken = self.taken = _Taken(self, keep_alive)
+            try:
+                abort = self.fast(req, taken.deliver)
+            except Exception as exc:  # a bug in the proxy answers this request, never kills the connection
+                abort = None
+                taken.deliver(
+                    Reply.json(500, b'{"error":"proxy internal error: %s"}' % type(exc).__name__.encode())
+                )
+            if abort is not None or taken.done:
+                taken.abort = abort
+                return
+            self.taken = None  # declined: nothing was done, the task path answers
+        self.queue.append((req, keep_alive))
         if len(self.queue) >= _MAX_QUEUED and self.transport is not None and self.reading:
             self.reading = False
             self.transport.pause_reading()
-        if self.task is None or self.task.done():
+        if self.taken is None and (self.task is None or self.task.done()):
             self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def _delivered(self, taken: _Taken, answer: Answer) -> None:
+        if taken.done:
+            if not isinstance(answer, Reply):
+                _discard(answer)
+            return
+        taken.done = True
+        if self.taken is taken:
+            self.taken = None
+        if self.closed:
+            if not isinstance(answer, Reply):
+                _discard(answer)
+            return
+        if isinstance(answer, Reply) and answer.stream is None:
+            self._write_reply(answer, taken.keep_alive)
+            if not taken.keep_alive:
+                self._close()
+            elif self.queue:
+                self.task = asyncio.get_running_loop().create_task(self._serve())
+            elif self.eof:
+                self._close()
+            return
+        self.task = asyncio.get_running_loop().create_task(self._finish(answer, taken.keep_alive))
 
     # --- answering ---
 
@@ -228,39 +295,59 @@ class _ServerConn(asyncio.Protocol):
             if not self.reading and len(self.queue) < _MAX_QUEUED // 2 and self.transport is not None:
                 self.reading = True
                 self.transport.resume_reading()
-            try:
-                reply = await self.handler(req)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug in the proxy answers this request, never kills the connection
-                reply = Reply.json(500, b'{"error":"proxy internal error: %s"}' % type(exc).__name__.encode())
-            await self._send(reply, keep_alive)
-            if not keep_alive:
-                self._close()
+            if not await self._answer(self.handler(req), keep_alive):
                 return
         if self.eof:
             self._close()
+
+    async def _finish(self, answer: Answer, keep_alive: bool) -> None:
+        """A fast-path answer that needs a task (it waits, or streams); then the requests queued behind it."""
+        if await self._answer(answer, keep_alive):
+            await self._serve()
+
+    async def _answer(self, answer: Answer, keep_alive: bool) -> bool:
+        """Send one answer; False when the connection ends with it."""
+        try:
+            reply = answer if isinstance(answer, Reply) else await answer
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in the proxy answers this request, never kills the connection
+            reply = Reply.json(500, b'{"error":"proxy internal error: %s"}' % type(exc).__name__.encode())
+        await self._send(reply, keep_alive)
+        if not keep_alive:
+            self._close()
+            return False
+        return True
 
     def _close(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
         self.closed = True
 
-    async def _send(self, reply: Reply, keep_alive: bool) -> None:
-        transport = self.transport
-        assert transport is not None
+    def _write_reply(self, reply: Reply, keep_alive: bool) -> None:
+        """A whole reply in one write (no stream)."""
         head = [_status_line(reply.status)]
         for k, v in reply.headers:
             head.append(k + b": " + v + b"\r\n")
         if not keep_alive:
             head.append(b"connection: close\r\n")
+        head.append(b"content-length: %d\r\n\r\n" % len(reply.body))
+        if not self.closed and self.transport is not None:
+            self.transport.write(b"".join(head) + reply.body)
+        if reply.after is not None:
+            reply.after()
+
+    async def _send(self, reply: Reply, keep_alive: bool) -> None:
+        transport = self.transport
+        assert transport is not None
         if reply.stream is None:
-            head.append(b"content-length: %d\r\n\r\n" % len(reply.body))
-            if not self.closed:
-                transport.write(b"".join(head) + reply.body)
-            if reply.after is not None:
-                reply.after()
+            self._write_reply(reply, keep_alive)
             return
+        head = [_status_line(reply.status)]
+        for k, v in reply.headers:
+            head.append(k + b": " + v + b"\r\n")
+        if not keep_alive:
+            head.append(b"connection: close\r\n")
         head.append(b"transfer-encoding: chunked\r\n\r\n")
         transport.write(b"".join(head))
         stream = reply.stream
@@ -282,9 +369,19 @@ class _ServerConn(asyncio.Protocol):
                 reply.after()
 
 
-async def serve(handler: Handler, host: str, port: int, *, max_body: int) -> asyncio.Server:
+def _discard(answer: Awaitable[Reply]) -> None:
+    """An answer nobody will send (the client left): a coroutine not yet started is closed, not leaked."""
+    close = getattr(answer, "close", None)
+    if close is not None:
+        close()
+
+
+async def serve(
+    handler: Handler, host: str, port: int, *, max_body: int, fast: FastHandler | None = None
+) -> asyncio.Server:
+    """Serve `handler` (each request in a task), or `fast` first where it takes the request."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: _ServerConn(handler, max_body), host, port, backlog=1024)
+    return await loop.create_server(lambda: _ServerConn(handler, max_body, fast), host, port, backlog=1024)
 
 
 # --- upstream ----------------------------------------------------------------------------------------------
@@ -351,6 +448,8 @@ class _UpConn(asyncio.Protocol):
         resp.keep_alive = self.parser.should_keep_alive()
         if not resp.started.done():
             resp.started.set_result(None)
+        if resp.watch is not None and not resp._whole_soon():
+            resp._notify()  # streamed, or of unknown length: the watcher takes it from here as it comes
 
     def on_body(self, body: bytes) -> None:
         assert self.response is not None
@@ -378,6 +477,10 @@ class UpstreamResponse:
         self._done = False
         self._error: BaseException | None = None
         self._released = False
+        # Called once, from protocol callbacks, when the whole body is in, or as soon as it will not be read
+        # whole (a stream, a body past watch_cap, a lost connection): see Relay.fast.
+        self.watch: Callable[[], None] | None = None
+        self.watch_cap = 0
 
     def header(self, name: bytes) -> str:
         for k, v in self.headers:
@@ -396,6 +499,38 @@ class UpstreamResponse:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
         self._release()
+        self._notify()
+
+    def _notify(self) -> None:
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch()
+
+    def _whole_soon(self) -> bool:
+        """A JSON body of declared length within watch_cap: worth waiting for whole."""
+        declared = b""
+        for k, v in self.headers:
+            if k == b"content-length":
+                declared = v
+            elif k == b"content-type" and v.startswith(b"text/event-stream"):
+                return False
+        return declared.isdigit() and int(declared) <= self.watch_cap
+
+    def whole(self) -> bytes | None:
+        """The body when all of it arrived without error, else None."""
+        if not self._done or self._error is not None:
+            return None
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        return data
+
+    def abandon(self) -> None:
+        """`aclose` without awaiting: nobody will read this response."""
+        self.watch = None
+        if not self._done:
+            self.conn.response = None
+            self.conn.close()
+        self._release()
 
     def _lost(self, exc: BaseException | None) -> None:
         delimited = any(k in (b"content-length", b"transfer-encoding") for k, _ in self.headers)
@@ -407,6 +542,7 @@ class UpstreamResponse:
             self.started.set_exception(UpstreamError(str(self._error or "connection lost")))
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
+        self._notify()
 
     def _release(self) -> None:
         if self._released:
@@ -471,6 +607,10 @@ class Upstream:
         self._idle: list[_UpConn] = []
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.https else None
 
+    def put_back(self, conn: _UpConn) -> None:
+        """A connection taken with `idle()` and not used."""
+        self._put(conn)
+
     def _put(self, conn: _UpConn) -> None:
         if len(self._idle) < self.max_idle:
             self._idle.append(conn)
@@ -492,9 +632,8 @@ class Upstream:
             raise UpstreamError(f"cannot connect to {self.netloc}: {exc or type(exc).__name__}") from None
         return conn
 
-    async def send(
-        self, method: str, query: str, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> UpstreamResponse:
+    def request(self, method: str, query: str, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
+        """The request's bytes, head and body, for one write."""
         target = self.path + (f"?{query}" if query else "")
         head = [f"{method} {target} HTTP/1.1\r\nhost: {self.netloc}\r\n".encode("latin-1")]
         for k, v in headers:
@@ -502,38 +641,53 @@ class Upstream:
         if body or method in ("POST", "PUT", "PATCH"):
             head.append(b"content-length: %d\r\n" % len(body))
         head.append(b"\r\n")
-        data = b"".join(head) + body
-        for attempt in range(2):
-            conn = None
-            while self._idle:
-                candidate = self._idle.pop()
-                if not candidate.closed:
-                    conn = candidate
-                    break
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect()
-            resp = UpstreamResponse(conn, self)
-            conn.response = resp
-            conn.got_bytes = False
-            assert conn.transport is not None
-            conn.transport.write(data)
-            try:
-                await resp.started
-            except UpstreamError:
-                conn.response = None
-                conn.close()
-                # A pooled connection the server had already closed: nothing was received, so the request
-                # never reached a handler; once more on a fresh connection (as HTTP clients do).
-                if reused and not conn.got_bytes and attempt == 0:
-                    continue
-                raise
-            except BaseException:
-                conn.response = None
-                conn.close()
-                raise
-            return resp
-        raise UpstreamError("unreachable")  # pragma: no cover
+        return b"".join(head) + body
+
+    def idle(self) -> _UpConn | None:
+        """A pooled connection still open, taken out of the pool; None when there is none."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    def start(self, conn: _UpConn, data: bytes) -> UpstreamResponse:
+        """Write the request on `conn`; its response arrives in the returned object."""
+        resp = UpstreamResponse(conn, self)
+        conn.response = resp
+        conn.got_bytes = False
+        assert conn.transport is not None
+        conn.transport.write(data)
+        return resp
+
+    async def send(
+        self, method: str, query: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> UpstreamResponse:
+        data = self.request(method, query, headers, body)
+        conn = self.idle()
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect()
+        return await self.settle(self.start(conn, data), data, reused=reused)
+
+    async def settle(self, resp: UpstreamResponse, data: bytes, *, reused: bool) -> UpstreamResponse:
+        """Wait for the response's head; the response to read."""
+        conn = resp.conn
+        try:
+            await resp.started
+        except UpstreamError:
+            conn.response = None
+            conn.close()
+            # A pooled connection the server had already closed: nothing was received, so the request
+            # never reached a handler; once more on a fresh connection (as HTTP clients do).
+            if reused and not conn.got_bytes:
+                return await self.settle(self.start(await self._connect(), data), data, reused=False)
+            raise
+        except BaseException:
+            conn.response = None
+            conn.close()
+            raise
+        return resp
 
     def close(self) -> None:
         for conn in self._idle:
