@@ -51,7 +51,11 @@ BASE: dict[str, Any] = {
 
 
 def base_experiment(**changes: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(BASE)
+    return _changed(copy.deepcopy(BASE), changes)
+
+
+def _changed(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with each key of `changes` set, or dropped where its value is None."""
     for key, value in changes.items():
         if value is None:
             doc.pop(key, None)
@@ -112,19 +116,14 @@ REDIS_TARGET = "loopback:6379"  # the identity core.exposure gives REDIS_FAULT_U
 def fault_experiment(url: str = REDIS_FAULT_URL, **changes: Any) -> dict[str, Any]:
     """BASE with a method that really injects a fault the driver catalog knows (redis CLIENT PAUSE, kind
     `timeout`), so a run of it can show an injection."""
-    method = [
-        {
-            "type": "action",
-            "name": "pause-writes",
-            "provider": {
-                "type": "driver",
-                "driver": "redis",
-                "name": "client_pause",
-                "arguments": {"url": url, "timeout_ms": 50, "mode": "WRITE"},
-            },
-        }
-    ]
-    return base_experiment(**{"method": method, **changes})
+    return base_experiment(**{"method": [pause_writes(url)], **changes})
+
+
+def pause_writes(url: str) -> dict[str, Any]:
+    """The action that pauses writes on the Redis at `url` for 50 ms (CLIENT PAUSE WRITE)."""
+    arguments = {"url": url, "timeout_ms": 50, "mode": "WRITE"}
+    provider = {"type": "driver", "driver": "redis", "name": "client_pause", "arguments": arguments}
+    return {"type": "action", "name": "pause-writes", "provider": provider}
 
 
 def record_exposure(
@@ -225,12 +224,7 @@ def runnable_experiment(url: str, *, title: str = "Engine guardrail run", **chan
         ],
         "method": [{"type": "action", "name": "noop", "provider": {"type": "process", "path": "true"}}],
     }
-    for key, value in changes.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
-    return doc
+    return _changed(doc, changes)
 
 
 # ---- signed approvals ------------------------------------------------------------------------------------------
