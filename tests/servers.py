@@ -1,4 +1,5 @@
-"""Real servers for tests: PostgreSQL, Redis and sshd on free loopback ports, in temporary directories.
+"""Real servers for tests: PostgreSQL, Redis and sshd on free loopback ports, in temporary directories, and
+`http_server` for a test's own request handler.
 
 A pytest plugin module: load it with ``pytest_plugins = ["servers"]`` in ``tests/conftest.py`` (``tests/`` is on
 ``sys.path``), or import the fixtures into an area's conftest. Servers are session-scoped (one start per test
@@ -16,9 +17,11 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,7 @@ __all__ = [
     "PostgresServer",
     "RedisServer",
     "SshdServer",
+    "http_server",
     "postgres_server",
     "redis_server",
     "sshd_server",
@@ -62,6 +66,19 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@contextlib.contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server answering with `handler` on a free loopback port, yielding its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # --- PostgreSQL -----------------------------------------------------------------------------------------------

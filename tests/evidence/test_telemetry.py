@@ -8,9 +8,8 @@ import copy
 import datetime as dt
 import gzip
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from opentelemetry.trace import StatusCode
 
 from faultplane.core import otlp, telemetry
 from policy_helpers import use_lab_policy
+from servers import http_server
 
 
 def _ns(iso: str) -> int:
@@ -153,14 +153,8 @@ class _Collector(BaseHTTPRequestHandler):
 def collector() -> Iterator[tuple[str, list[Any]]]:
     """A real OTLP/HTTP receiver on loopback: it records each POST's path, headers and (decompressed) body."""
     _Collector.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", _Collector.received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(_Collector) as url:
+        yield url, _Collector.received
 
 
 def _with_load(journal: dict[str, Any]) -> dict[str, Any]:
