@@ -1,14 +1,17 @@
-"""What the engine and CLI benchmarks share: finding the two tools, a private lab environment, a timed child
-process and the many-probe experiment they run."""
+"""What the benchmarks share: finding the two tools, a private lab environment, a timed child process, the
+many-probe experiment the engine benchmarks run, and the test suite's helper modules (the same raw MCP
+messages for tests and benchmarks)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from lab_policy import lab_config_home
 
@@ -58,3 +61,11 @@ def probes_experiment(n: int, title: str, description: str) -> dict:
         "steady-state-hypothesis": {"title": "in range", "probes": probes[:1]},
         "method": probes[1:],
     }
+
+
+def suite_helpers(name: str) -> ModuleType:
+    """The test suite's helper module tests/NAME.py."""
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    return importlib.import_module(name)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from bench_helpers import suite_helpers
 from lab_policy import lab_config_home
 
 BARE = """
@@ -45,21 +46,12 @@ if __name__ == "__main__":
 PY = sys.executable
 TARGET_STDIO_MS = 2.0
 REPEATS = 3
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "b", "version": "1"},
-    },
-}
+jsonrpc = suite_helpers("jsonrpc_helpers")
+INIT = jsonrpc.initialize(0)
 
 
 def _call(i: int, tool: str) -> bytes:
-    msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
-    return json.dumps(msg).encode()
+    return json.dumps(jsonrpc.tool_call(i, tool)).encode()
 
 
 def _free_port() -> int:

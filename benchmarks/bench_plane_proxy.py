@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench_helpers import suite_helpers
+
 SERVER = """
 import sys
 from mcp.server import MCPServer
@@ -40,28 +42,15 @@ if __name__ == "__main__":
         mcp.run()
 """
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "1"},
-    },
-}
+jsonrpc = suite_helpers("jsonrpc_helpers")
+INIT = jsonrpc.initialize(0)
 PY = sys.executable
 TARGET_P50_MS = {"stdio": 0.5, "http (json, stateless)": 0.3}
 BLOCK = 50
 
 
 def call(i: int) -> dict:
-    return {
-        "jsonrpc": "2.0",
-        "id": i,
-        "method": "tools/call",
-        "params": {"name": "add", "arguments": {"a": i, "b": 1}},
-    }
+    return jsonrpc.tool_call(i, "add", {"a": i, "b": 1})
 
 
 def pct(values: list[float], q: float) -> float:
