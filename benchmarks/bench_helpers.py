@@ -5,11 +5,15 @@ messages for tests and benchmarks)."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -31,6 +35,16 @@ def lab_env(state: Path, config_home: str | None = None) -> dict[str, str]:
         XDG_STATE_HOME=str(state),
         XDG_CONFIG_HOME=config_home or lab_config_home(state),
     )
+
+
+@contextmanager
+def lab(experiment: dict) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """A throwaway lab: its folder, `experiment` written there as exp.json, and the lab environment (`lab_env`)
+    for the processes a benchmark starts in it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = Path(tmp) / "exp.json"
+        exp.write_text(json.dumps(experiment))
+        yield tmp, exp, lab_env(Path(tmp))
 
 
 def timed_run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, str]:
