@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evidence_helpers import LAB_POLICY, free_port
+from evidence_helpers import LAB_POLICY, free_port, steady_probe
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -285,12 +285,7 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
 
     use_lab_policy(LAB_POLICY)
     exp = tmp_path / "exp.json"
-    probe = {
-        "type": "probe",
-        "name": "p",
-        "tolerance": {"type": "range", "range": [0, 200]},
-        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
-    }
+    probe = steady_probe()
     exp.write_text(
         json.dumps(
             {"title": "t", "steady-state-hypothesis": {"title": "h", "probes": [probe]}, "method": [probe]}
@@ -310,12 +305,7 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
 def _tiny_experiment(tmp_path: Path) -> Path:
     policy = tmp_path / "policy.yaml"
     policy.write_text(LAB_POLICY, encoding="utf-8")
-    probe = {
-        "type": "probe",
-        "name": "p",
-        "tolerance": {"type": "range", "range": [0, 200]},
-        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
-    }
+    probe = steady_probe()
     exp = tmp_path / "exp.json"
     exp.write_text(
         json.dumps(
