@@ -73,6 +73,30 @@ def write_experiment(folder: Path, doc: dict[str, Any], name: str = "exp.yaml") 
     return path
 
 
+def hook_project(root: Path, prod_env: str = "prod") -> Path:
+    """A git project of experiments the hook judges: allowed ones (exp.yaml, experiments/ok.json), one whose
+    target is labelled `prod_env` (prod.yaml), a prod URL in its configuration (url.yaml) used through a
+    template (templated.yaml), no gates (nogates.yaml), a stage-1 radius (stage1.yaml), and lax.yaml, a policy
+    that drops the gate requirement."""
+    (root / ".git").mkdir(parents=True)
+    (root / "experiments").mkdir()
+    write_experiment(root, base_experiment(), "exp.yaml")
+    write_experiment(root / "experiments", base_experiment(), "ok.json")
+    write_experiment(
+        root, base_experiment(targets=[{"name": "db", "labels": {"env": prod_env}}]), "prod.yaml"
+    )
+    write_experiment(
+        root, base_experiment(configuration={"api_url": "https://api.prod.example.com"}), "url.yaml"
+    )
+    doc = base_experiment()
+    doc["method"][0]["provider"] = {"type": "http", "url": "${api_url}/faults"}
+    write_experiment(root, doc, "templated.yaml")
+    write_experiment(root, base_experiment(slo_gates=None), "nogates.yaml")
+    write_experiment(root, base_experiment(blast_radius={"percent": 25}), "stage1.yaml")
+    (root / "lax.yaml").write_text("gates: {required: false}\n")
+    return root
+
+
 _CLOCK = [datetime(2026, 1, 1, tzinfo=UTC)]
 
 
