@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from bench_helpers import suite_helpers
+from bench_helpers import free_port, suite_helpers, wait_port
 from lab_policy import lab_config_home
 
 BARE = """
@@ -52,12 +51,6 @@ INIT = jsonrpc.initialize(0)
 
 def _call(i: int, tool: str) -> bytes:
     return json.dumps(jsonrpc.tool_call(i, tool)).encode()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -161,22 +154,9 @@ async def _http_rate(url: str, tool: str, clients: int, seconds: float) -> tuple
     return len(lat) / elapsed, statistics.median(lat) * 1000
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
 def _start_http(argv: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_port(port, proc)
+    wait_port(port, proc, timeout=60)
     return proc
 
 
@@ -214,7 +194,7 @@ def main() -> int:
                     ),
                 )
             )
-        bport, fport = _free_port(), _free_port()
+        bport, fport = free_port(), free_port()
         bproc = _start_http([PY, str(bare), "http", str(bport)], env, bport)
         fproc = _start_http(
             [*fp, "--transport", "http", "--port", str(fport), "--stateless", "--json-response"], env, fport

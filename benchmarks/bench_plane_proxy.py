@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_helpers import suite_helpers
+from bench_helpers import free_port, suite_helpers, wait_port
 
 SERVER = """
 import sys
@@ -106,23 +105,6 @@ def interleaved(direct: Callable[[int], float], proxied: Callable[[int], float],
         for _ in range(min(BLOCK, n - len(p))):
             p.append(proxied(i))
     return d, p
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on {port}")
 
 
 def http_caller(http: Any, url: str) -> Callable[[int], float]:
