@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -21,14 +22,18 @@ def eventually(pred: Callable[[], object], timeout: float = 5.0, step: float = 0
 
 
 @contextmanager
-def sleepers(marker: str, count: int, seconds: int = 60) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """`count` Python processes sleeping `seconds`, `marker` last on their command line; killed on exit."""
+def sleepers(
+    prefix: str, count: int, seconds: int = 60
+) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+    """`count` Python processes sleeping `seconds`, a marker unique to them (`prefix` and random hex) last on
+    their command line; the marker and the processes, killed on exit."""
+    marker = f"{prefix}{uuid.uuid4().hex[:10]}"
     procs = [
         subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})", marker])
         for _ in range(count)
     ]
     try:
-        yield procs
+        yield marker, procs
     finally:
         for p in procs:
             if p.poll() is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,9 +21,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 @pytest.fixture
 def sleepers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
     """Four `sleep` processes whose command line carries a unique token."""
-    token = f"fp{uuid.uuid4().hex[:8]}"
-    with sleepers_of(token, 4) as procs:
-        yield token, procs
+    with sleepers_of("fp", 4) as found:
+        yield found
 
 
 def _status(pid: int) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,9 +31,8 @@ def target(sshd_server) -> dict[str, object]:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def sleepers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
-    token = f"fpssh{uuid.uuid4().hex[:8]}"
-    with sleepers_of(token, 3) as procs:
-        yield token, procs
+    with sleepers_of("fpssh", 3) as found:
+        yield found
 
 
 def _stopped(pid: int) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import random
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,9 +121,8 @@ def test_without_the_driver_catalog_size_fields_still_count() -> None:
 
 @pytest.fixture
 def workers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
-    marker = f"fp-blast-{uuid.uuid4().hex[:10]}"
-    with sleepers(marker, 10, seconds=120) as procs:
-        yield marker, procs
+    with sleepers("fp-blast-", 10, seconds=120) as found:
+        yield found
 
 
 def _alive(procs: list[subprocess.Popen[bytes]]) -> int:
