@@ -12,13 +12,11 @@ Run: `.venv/bin/python benchmarks/bench_cli_startup.py` (chaos from `make bench`
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from bench_helpers import installed, lab_env, timed_run
+from bench_helpers import installed, lab, timed_run
 
 REPEATS = 15
 TARGET_S = 0.10
@@ -41,11 +39,8 @@ def main() -> int:
     if not faultplane:
         print("faultplane is not installed in this environment: make bench installs it")
         return 1
-    with tempfile.TemporaryDirectory() as tmp:
+    with lab(EXPERIMENT) as (tmp, exp, env):
         t = Path(tmp)
-        exp = t / "exp.json"
-        exp.write_text(json.dumps(EXPERIMENT))
-        env = lab_env(t)
         cells: dict[str, list[str]] = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "faultplane --help": [faultplane, "--help"],

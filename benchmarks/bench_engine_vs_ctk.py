@@ -19,13 +19,11 @@ Run: `.venv/bin/python benchmarks/bench_engine_vs_ctk.py` (needs chaostoolkit: `
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from bench_helpers import installed, lab_env, probes_experiment, timed_run
+from bench_helpers import installed, lab, probes_experiment, timed_run
 
 PROBES = 200
 REPEATS = 11  # this VM's speed drifts up to 2x between identical runs: medians of many, interleaved
@@ -79,13 +77,9 @@ def main() -> int:
     if not chaos:
         print("chaostoolkit is not installed: pip install chaostoolkit (make bench does)")
         return 1
-    with tempfile.TemporaryDirectory() as tmp:
+    experiment = probes_experiment(PROBES, f"{PROBES} python probes", "engine overhead benchmark")
+    with lab(experiment) as (tmp, exp, env):
         t = Path(tmp)
-        exp = t / "exp.json"
-        exp.write_text(
-            json.dumps(probes_experiment(PROBES, f"{PROBES} python probes", "engine overhead benchmark"))
-        )
-        env = lab_env(t)
         fp_engine = [
             sys.executable,
             "-c",

@@ -1,14 +1,22 @@
-"""What the engine and CLI benchmarks share: finding the two tools, a private lab environment, a timed child
-process and the many-probe experiment they run."""
+"""What the benchmarks share: finding the two tools, a private lab environment, a timed child process, the
+many-probe experiment the engine benchmarks run, and the test suite's helper modules (the same raw MCP
+messages for tests and benchmarks)."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 from lab_policy import lab_config_home
 
@@ -28,6 +36,16 @@ def lab_env(state: Path, config_home: str | None = None) -> dict[str, str]:
         XDG_STATE_HOME=str(state),
         XDG_CONFIG_HOME=config_home or lab_config_home(state),
     )
+
+
+@contextmanager
+def lab(experiment: dict) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """A throwaway lab: its folder, `experiment` written there as exp.json, and the lab environment (`lab_env`)
+    for the processes a benchmark starts in it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = Path(tmp) / "exp.json"
+        exp.write_text(json.dumps(experiment))
+        yield tmp, exp, lab_env(Path(tmp))
 
 
 def timed_run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, str]:
@@ -58,3 +76,32 @@ def probes_experiment(n: int, title: str, description: str) -> dict:
         "steady-state-hypothesis": {"title": "in range", "probes": probes[:1]},
         "method": probes[1:],
     }
+
+
+def suite_helpers(name: str) -> ModuleType:
+    """The test suite's helper module tests/NAME.py."""
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    return importlib.import_module(name)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 20.0) -> None:
+    """Return once something listens on 127.0.0.1:`port`; fail when `proc` (the server) exits first, or after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")

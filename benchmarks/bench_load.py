@@ -26,15 +26,14 @@ import os
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from bench_helpers import free_port, wait_port
 from lab_policy import lab_config_home
 
 from faultplane.engine.load_k6 import k6_binary
@@ -69,29 +68,12 @@ http {{
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ensure_debian_peers() -> None:
     if shutil.which("nginx") and shutil.which("wrk"):
         return
     if os.geteuid() == 0 and shutil.which("apt-get"):
         print("installing nginx and wrk from Debian ...", flush=True)
         subprocess.run(["apt-get", "install", "-y", "nginx", "wrk"], capture_output=True, timeout=600)
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
 def timed(cmd: list[str], timeout: float = 120) -> tuple[str, float]:
@@ -214,7 +196,7 @@ def main() -> int:
         srv = subprocess.Popen([nginx, "-c", str(d / "nginx.conf"), "-p", tmp], stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}/"
         try:
-            wait_port(port)
+            wait_port(port, timeout=10)
             cpu = Cpu()
             results: dict[str, Any] = {}
             # --- max rate: interleaved rounds, so a burst of load on the shared machine hits every tool alike

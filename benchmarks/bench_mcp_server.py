@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from bench_helpers import free_port, suite_helpers, wait_port
 from lab_policy import lab_config_home
 
 BARE = """
@@ -45,27 +45,12 @@ if __name__ == "__main__":
 PY = sys.executable
 TARGET_STDIO_MS = 2.0
 REPEATS = 3
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "b", "version": "1"},
-    },
-}
+jsonrpc = suite_helpers("jsonrpc_helpers")
+INIT = jsonrpc.initialize(0)
 
 
 def _call(i: int, tool: str) -> bytes:
-    msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
-    return json.dumps(msg).encode()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return json.dumps(jsonrpc.tool_call(i, tool)).encode()
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -169,22 +154,9 @@ async def _http_rate(url: str, tool: str, clients: int, seconds: float) -> tuple
     return len(lat) / elapsed, statistics.median(lat) * 1000
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
 def _start_http(argv: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_port(port, proc)
+    wait_port(port, proc, timeout=60)
     return proc
 
 
@@ -222,7 +194,7 @@ def main() -> int:
                     ),
                 )
             )
-        bport, fport = _free_port(), _free_port()
+        bport, fport = free_port(), free_port()
         bproc = _start_http([PY, str(bare), "http", str(bport)], env, bport)
         fproc = _start_http(
             [*fp, "--transport", "http", "--port", str(fport), "--stateless", "--json-response"], env, fport

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench_helpers import free_port, suite_helpers, wait_port
 
 SERVER = """
 import sys
@@ -42,28 +43,15 @@ if __name__ == "__main__":
         mcp.run()
 """
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "1"},
-    },
-}
+jsonrpc = suite_helpers("jsonrpc_helpers")
+INIT = jsonrpc.initialize(0)
 PY = sys.executable
 TARGET_P50_MS = {"stdio": 0.5, "http (json, stateless)": 0.3}
 BLOCK = 50
 
 
 def call(i: int) -> dict:
-    return {
-        "jsonrpc": "2.0",
-        "id": i,
-        "method": "tools/call",
-        "params": {"name": "add", "arguments": {"a": i, "b": 1}},
-    }
+    return jsonrpc.tool_call(i, "add", {"a": i, "b": 1})
 
 
 def pct(values: list[float], q: float) -> float:
@@ -144,23 +132,6 @@ def cpu_per_call(pid: int, run: Callable[[], Any], calls: int) -> tuple[Any, tup
     if before is None or after is None:
         return result, None
     return result, ((after[0] - before[0]) / calls / 1000.0, (after[1] - before[1]) / calls / 1000.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on {port}")
 
 
 def http_caller(http: Any, url: str) -> Callable[[int], float]:

@@ -24,11 +24,16 @@ def env() -> dict[str, str]:
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, env=env(), timeout=timeout)
+
+
+def run_cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m faultplane.cli.main ARGS` in `env`, its output captured as text."""
     return subprocess.run(
         [sys.executable, "-m", "faultplane.cli.main", *args],
         capture_output=True,
         text=True,
-        env=env(),
+        env=env,
         timeout=timeout,
     )
 

@@ -125,3 +125,10 @@ def slow_action(marker: Path, seconds: float = 30) -> dict[str, Any]:
     arguments = {"seconds": seconds, "marker": str(marker)}
     provider = {"type": "python", "module": "ctk_helpers", "func": "slow", "arguments": arguments}
     return {"type": "action", "name": "wait", "provider": provider}
+
+
+def cpu_count_probe(holds: bool = True) -> dict[str, Any]:
+    """A steady-state probe on os.cpu_count() that holds on any machine, or (holds=False) on none."""
+    provider = {"type": "python", "module": "os", "func": "cpu_count"}
+    tolerance = {"type": "range", "range": [1, 4096] if holds else [0, 0]}
+    return {"type": "probe", "name": "cpus", "provider": provider, "tolerance": tolerance}

@@ -1,4 +1,5 @@
-"""Real servers for tests: PostgreSQL, Redis and sshd on free loopback ports, in temporary directories.
+"""Real servers for tests: PostgreSQL, Redis and sshd on free loopback ports, in temporary directories, and
+`http_server` for a test's own request handler.
 
 A pytest plugin module: load it with ``pytest_plugins = ["servers"]`` in ``tests/conftest.py`` (``tests/`` is on
 ``sys.path``), or import the fixtures into an area's conftest. Servers are session-scoped (one start per test
@@ -16,9 +17,11 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,12 +30,14 @@ __all__ = [
     "PostgresServer",
     "RedisServer",
     "SshdServer",
+    "http_server",
     "postgres_server",
     "redis_server",
     "sshd_server",
 ]
 
 _START_TIMEOUT_S = 30.0
+_SSHD = Path("/usr/sbin/sshd")
 
 
 def _free_port() -> int:
@@ -62,6 +67,19 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@contextlib.contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server answering with `handler` on a free loopback port, yielding its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # --- PostgreSQL -----------------------------------------------------------------------------------------------
@@ -263,16 +281,14 @@ class SshdServer:
     known_hosts: Path
 
 
-@pytest.fixture(scope="session")
-def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    """OpenSSH's sshd on loopback accepting a generated key for the current user (needs root)."""
-    sshd = Path("/usr/sbin/sshd")
+def sshd_keys(base: Path) -> tuple[Path, Path, Path]:
+    """Skip the test unless sshd can run here (installed, as root); else make `base` private and generate in it
+    a host key, a client key and the authorized_keys file that accepts the client key."""
     keygen = shutil.which("ssh-keygen")
-    if not sshd.exists() or keygen is None:
+    if not _SSHD.exists() or keygen is None:
         pytest.skip("openssh-server is not installed (run `make services`)")
     if os.geteuid() != 0:
         pytest.skip("sshd needs root to run on a test port here")
-    base = tmp_path_factory.mktemp("sshd")
     os.chmod(base, 0o700)
     host_key, user_key = base / "host_ed25519", base / "user_ed25519"
     for key in (host_key, user_key):
@@ -281,15 +297,23 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer
     shutil.copy(user_key.with_suffix(".pub"), auth)
     os.chmod(auth, 0o600)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir sshd insists on
+    return host_key, user_key, auth
+
+
+def start_sshd(
+    base: Path, host_key: Path, auth: Path, name: str = "sshd"
+) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """An sshd on a free loopback port with `host_key`, accepting the keys in `auth`, its files under `base`
+    named after `name`: its process (stop it with _stop), its port and a known_hosts file that trusts it."""
     port = _free_port()
-    cfg = base / "sshd_config"
+    cfg = base / f"{name}_config"
     cfg.write_text(
         "\n".join(
             [
                 f"Port {port}",
                 "ListenAddress 127.0.0.1",
                 f"HostKey {host_key}",
-                f"PidFile {base / 'sshd.pid'}",
+                f"PidFile {base / f'{name}.pid'}",
                 f"AuthorizedKeysFile {auth}",
                 "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no",
@@ -302,17 +326,29 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer
             ]
         )
     )
-    log = base / "sshd.log"
-    proc = subprocess.Popen(
-        [str(sshd), "-D", "-e", "-f", str(cfg)],
-        stdout=open(log, "ab"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-    )
+    log = base / f"{name}.log"
+    with open(log, "ab") as logf:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [str(_SSHD), "-D", "-e", "-f", str(cfg)], stdout=logf, stderr=subprocess.STDOUT
+        )
     try:
         _wait_port(port, proc, "sshd", log)
-        known = base / "known_hosts"
-        pub = host_key.with_suffix(".pub").read_text().split()
-        known.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    except BaseException:
+        _stop(proc)
+        raise
+    known = base / f"{name}_known_hosts"
+    pub = host_key.with_suffix(".pub").read_text().split()
+    known.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    return proc, port, known
+
+
+@pytest.fixture(scope="session")
+def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
+    """OpenSSH's sshd on loopback accepting a generated key for the current user (needs root)."""
+    base = tmp_path_factory.mktemp("sshd")
+    host_key, user_key, auth = sshd_keys(base)
+    proc, port, known = start_sshd(base, host_key, auth)
+    try:
         yield SshdServer("127.0.0.1", port, pwd.getpwuid(os.geteuid()).pw_name, user_key, known)
     finally:
         _stop(proc)

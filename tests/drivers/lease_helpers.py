@@ -1,9 +1,13 @@
-"""Cleaning up after lease tests: the watchdogs their controllers started outlive the test otherwise."""
+"""Lease tests' tools: `reap` as the watchdog runs it (another process), and the cleanup of the watchdogs their
+controllers started, which outlive the test otherwise."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from typing import Any
 
 import psutil
 
@@ -18,3 +22,28 @@ def stop_watchdogs() -> None:
         alive = text.isdigit() and psutil.pid_exists(int(text))
         if alive and "faultplane.drivers.leases" in " ".join(psutil.Process(int(text)).cmdline()):
             os.kill(int(text), signal.SIGTERM)
+
+
+def reap(*flags: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m faultplane.drivers.leases reap FLAGS` in another process: what the watchdog runs for a dead or
+    hung controller."""
+    return subprocess.run(
+        [sys.executable, "-m", "faultplane.drivers.leases", "reap", *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def resume_lease(pid: int, run_id: str, **options: Any) -> leases.Lease:
+    """A lease whose revert resumes the (stopped) process `pid`, without a watchdog: as a controller leaves it
+    after suspending that process."""
+    return leases.create_lease(
+        run_id=run_id,
+        label="resume",
+        driver="process",
+        revert="resume",
+        args={"processes": [[pid, psutil.Process(pid).create_time()]]},
+        start_watchdog=False,
+        **options,
+    )

@@ -10,10 +10,10 @@ import sys
 
 import psutil
 import pytest
+from lease_helpers import resume_lease
 from typer.testing import CliRunner
 
 from faultplane.cli.main import app
-from faultplane.drivers import leases
 
 pytestmark = [pytest.mark.timeout(60)]
 runner = CliRunner()
@@ -41,15 +41,7 @@ def test_leases_reap_reverts_a_dead_controllers_fault() -> None:
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         os.kill(target.pid, signal.SIGSTOP)
-        lease = leases.create_lease(
-            run_id="cli",
-            label="resume",
-            driver="process",
-            revert="resume",
-            args={"processes": [[target.pid, psutil.Process(target.pid).create_time()]]},
-            ttl_s=0.0,
-            start_watchdog=False,
-        )
+        lease = resume_lease(target.pid, "cli", ttl_s=0.0)
         listed = runner.invoke(app, ["drivers", "leases", "list", "--json"])
         assert json.loads(listed.output)[0]["lease_id"] == lease.lease_id
         res = runner.invoke(app, ["drivers", "leases", "reap"])

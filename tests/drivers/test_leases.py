@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import lease_helpers
 import psutil
 import psycopg
 import pytest
@@ -172,14 +173,7 @@ async def test_normal_revert_deletes_the_lease_and_reap_finds_nothing(target) ->
 
 def test_reap_cli_reverts_a_dead_controllers_lease(target) -> None:  # type: ignore[no-untyped-def]
     os.kill(target.pid, signal.SIGSTOP)
-    lease = leases.create_lease(
-        run_id="x",
-        label="resume",
-        driver="process",
-        revert="resume",
-        args={"processes": [[target.pid, psutil.Process(target.pid).create_time()]]},
-        start_watchdog=False,
-    )
+    lease = lease_helpers.resume_lease(target.pid, "x")
     # Forge a dead controller: a pid that exited.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -188,12 +182,7 @@ def test_reap_cli_reverts_a_dead_controllers_lease(target) -> None:  # type: ign
     data["controller_pid"] = dead.pid
     path.write_text(json.dumps(data))
     leases._KEEPER.drop(lease.lease_id)
-    out = subprocess.run(
-        [sys.executable, "-m", "faultplane.drivers.leases", "reap"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = lease_helpers.reap(timeout=30)
     assert out.returncode == 0, out.stderr
     [row] = [json.loads(line) for line in out.stdout.splitlines()]
     assert row["ok"] and "is gone" in row["reason"]

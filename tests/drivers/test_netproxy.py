@@ -326,13 +326,18 @@ async def test_bad_toxic_is_rejected_with_the_field_named() -> None:
         await spec.invoke(ActivityContext(), {"route": "x", "toxic": {"type": "nope"}})
 
 
+async def _create_route(ctx: ActivityContext, name: str, up: int) -> int:
+    """The `create_route` action: a route `name` to the loopback port `up`; the port it listens on."""
+    info = await get_activity("netproxy", "create_route").invoke(
+        ctx, {"name": name, "upstream": f"127.0.0.1:{up}"}
+    )
+    return int(info["listen"].rsplit(":", 1)[1])
+
+
 async def test_actions_create_and_revert_routes_and_toxics() -> None:
     ctx = ActivityContext(run_id="np")
     async with tcp_server(echo) as up:
-        info = await get_activity("netproxy", "create_route").invoke(
-            ctx, {"name": "db", "upstream": f"127.0.0.1:{up}"}
-        )
-        port = int(info["listen"].rsplit(":", 1)[1])
+        port = await _create_route(ctx, "db", up)
         await get_activity("netproxy", "latency").invoke(ctx, {"route": "db", "latency_ms": 120})
         assert await rtt(port) >= 0.12
         routes = await get_activity("netproxy", "routes").invoke(ctx, {})
@@ -455,10 +460,7 @@ def test_standalone_proxy_over_the_control_api_and_lease_revert(lease_env) -> No
 async def test_timeout_action_blackholes_requests_and_rollback_restores() -> None:
     ctx = ActivityContext(run_id="np-t")
     async with tcp_server(echo) as up:
-        info = await get_activity("netproxy", "create_route").invoke(
-            ctx, {"name": "t2", "upstream": f"127.0.0.1:{up}"}
-        )
-        port = int(info["listen"].rsplit(":", 1)[1])
+        port = await _create_route(ctx, "t2", up)
         await get_activity("netproxy", "timeout").invoke(ctx, {"route": "t2", "timeout_ms": 0})
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(rtt(port), 0.3)

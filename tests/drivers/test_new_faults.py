@@ -11,6 +11,7 @@ import redis
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+from proc_helpers import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -25,15 +26,6 @@ def _sleep_ok(dsn: str, seconds: float = 0.3) -> bool:
             return False
 
 
-def _eventually(pred, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 async def test_postgres_parameter_change_is_felt_by_new_sessions_and_reverted(postgres_server) -> None:  # type: ignore[no-untyped-def]
     dsn = postgres_server.dsn
     assert _sleep_ok(dsn)
@@ -45,7 +37,7 @@ async def test_postgres_parameter_change_is_felt_by_new_sessions_and_reverted(po
     assert not _sleep_ok(dsn)  # statements now fail with "canceling statement due to statement timeout"
     assert len(leases.list_leases()) == 1
     assert [e for _, e in await ctx.revert_all()] == [None]
-    assert _eventually(lambda: _sleep_ok(dsn))
+    assert eventually(lambda: _sleep_ok(dsn))
     with psycopg.connect(dsn, autocommit=True) as c:
         assert c.execute(
             "SELECT count(*) FROM pg_file_settings WHERE name = 'statement_timeout'"
@@ -69,7 +61,7 @@ async def test_postgres_parameter_restore_keeps_an_earlier_alter_system_value(po
             with psycopg.connect(dsn, autocommit=True) as c:
                 return str(c.execute("SHOW work_mem").fetchone()[0])  # type: ignore[index]
 
-        assert _eventually(lambda: work_mem() == "8MB")
+        assert eventually(lambda: work_mem() == "8MB")
     finally:
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute("ALTER SYSTEM RESET work_mem")

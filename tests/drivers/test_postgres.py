@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 
+import lease_helpers
 import psycopg
 import pytest
 
@@ -85,12 +84,7 @@ async def test_exhaust_lease_recipe_frees_connections_from_another_process(postg
     args = {"dsn": dsn, "application_name": out["application_name"]}
     assert await count_probe.invoke(ctx, args) == 5
     # What the watchdog does for a dead or hung controller, from another process: run the lease's recipe.
-    reap = subprocess.run(
-        [sys.executable, "-m", "faultplane.drivers.leases", "reap", "--force"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    reap = lease_helpers.reap("--force")
     assert reap.returncode == 0, reap.stderr
     assert await count_probe.invoke(ctx, args) == 0  # the recipe waits until the backends are gone
     assert leases.list_leases() == []

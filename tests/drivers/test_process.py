@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +12,8 @@ import psutil
 import pytest
 
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+from proc_helpers import eventually
+from proc_helpers import sleepers as sleepers_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -21,15 +21,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 @pytest.fixture
 def sleepers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
     """Four `sleep` processes whose command line carries a unique token."""
-    token = f"fp{uuid.uuid4().hex[:8]}"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", "import time,sys; time.sleep(60)", token]) for _ in range(4)
-    ]
-    yield token, procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(5)
+    with sleepers_of("fp", 4) as found:
+        yield found
 
 
 def _status(pid: int) -> str:
@@ -37,15 +30,6 @@ def _status(pid: int) -> str:
         return psutil.Process(pid).status()
     except psutil.NoSuchProcess:
         return "gone"
-
-
-def _wait_for(pred, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 async def test_kill_count_kills_exactly_that_many_and_rollback_restarts(sleepers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -56,10 +40,10 @@ async def test_kill_count_kills_exactly_that_many_and_rollback_restarts(sleepers
         ctx, {"cmdline_pattern": token, "count": 1, "restart_command": ["touch", str(marker)]}
     )
     assert len(out["processes"]) == 1
-    assert _wait_for(lambda: sum(p.poll() is not None for p in procs) == 1)
+    assert eventually(lambda: sum(p.poll() is not None for p in procs) == 1)
     assert not marker.exists()
     assert [err for _, err in await ctx.revert_all()] == [None]
-    assert _wait_for(marker.exists)
+    assert eventually(marker.exists)
 
 
 async def test_terminate_percentage_is_rounded_up_and_seeded(sleepers) -> None:  # type: ignore[no-untyped-def]
@@ -69,7 +53,7 @@ async def test_terminate_percentage_is_rounded_up_and_seeded(sleepers) -> None: 
     ctx = ActivityContext(run_id="p2", rng=random.Random(3))
     out = await get_activity("process", "terminate").invoke(ctx, {"cmdline_pattern": token, "percentage": 40})
     assert len(out["processes"]) == 2  # ceil(4 * 0.4)
-    assert _wait_for(lambda: sum(p.poll() is not None for p in procs) == 2)
+    assert eventually(lambda: sum(p.poll() is not None for p in procs) == 2)
     count = await get_activity("process", "count").invoke(ctx, {"cmdline_pattern": token})
     assert count == 2
 
@@ -79,10 +63,10 @@ async def test_suspend_stops_and_rollback_resumes(sleepers) -> None:  # type: ig
     ctx = ActivityContext(run_id="p3")
     out = await get_activity("process", "suspend").invoke(ctx, {"pid": procs[0].pid})
     assert out["suspended"] == [procs[0].pid]
-    assert _wait_for(lambda: _status(procs[0].pid) == psutil.STATUS_STOPPED)
+    assert eventually(lambda: _status(procs[0].pid) == psutil.STATUS_STOPPED)
     assert _status(procs[1].pid) != psutil.STATUS_STOPPED
     await ctx.revert_all()
-    assert _wait_for(lambda: _status(procs[0].pid) != psutil.STATUS_STOPPED)
+    assert eventually(lambda: _status(procs[0].pid) != psutil.STATUS_STOPPED)
 
 
 async def test_suspend_with_duration_resumes_by_itself(sleepers) -> None:  # type: ignore[no-untyped-def]
@@ -104,9 +88,9 @@ async def test_stress_cpu_burns_cpu_and_rollback_stops_it() -> None:
     proc = psutil.Process(out["pids"][0])
     # CPU time consumed, not a percentage over a short interval: on a busy machine a burner gets a small
     # share, but it keeps burning; an idle process would not reach half a second of CPU
-    assert _wait_for(lambda: sum(proc.cpu_times()[:2]) >= 0.5, 20), proc.cpu_times()
+    assert eventually(lambda: sum(proc.cpu_times()[:2]) >= 0.5, 20), proc.cpu_times()
     await ctx.revert_all()
-    assert _wait_for(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
+    assert eventually(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
 
 
 async def test_stress_cpu_with_wait_ends_after_duration() -> None:
@@ -123,9 +107,9 @@ async def test_stress_memory_holds_memory_until_rollback() -> None:
         ctx, {"megabytes": 64, "duration_seconds": 30, "wait": False}
     )
     proc = psutil.Process(out["pids"][0])
-    assert _wait_for(lambda: proc.memory_info().rss > 60 * 1024 * 1024, 10)
+    assert eventually(lambda: proc.memory_info().rss > 60 * 1024 * 1024, 10)
     await ctx.revert_all()
-    assert _wait_for(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
+    assert eventually(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
 
 
 async def test_bad_selectors_are_refused_with_the_field_named() -> None:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import lease_helpers
 import psutil
 import pytest
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+from proc_helpers import eventually
+from proc_helpers import sleepers as sleepers_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -31,22 +31,8 @@ def target(sshd_server) -> dict[str, object]:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def sleepers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
-    token = f"fpssh{uuid.uuid4().hex[:8]}"
-    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", token]) for _ in range(3)]
-    yield token, procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(5)
-
-
-def _wait(pred, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
+    with sleepers_of("fpssh", 3) as found:
+        yield found
 
 
 def _stopped(pid: int) -> bool:
@@ -65,7 +51,7 @@ async def test_process_count_and_kill_with_restart(target, sleepers, tmp_path: P
         ctx, {**target, "pattern": token, "count": 2, "restart_command": f"touch {marker}"}
     )
     assert len(out["pids"]) == 2 and set(out["pids"]) <= {p.pid for p in procs}
-    assert _wait(lambda: sum(p.poll() is not None for p in procs) == 2)
+    assert eventually(lambda: sum(p.poll() is not None for p in procs) == 2)
     assert [e for _, e in await ctx.revert_all()] == [None]
     assert marker.exists()
     assert leases.list_leases() == []
@@ -78,11 +64,11 @@ async def test_suspend_and_resume_over_ssh(target, sleepers) -> None:  # type: i
         ctx, {**target, "pattern": token, "percentage": 100}
     )
     assert sorted(out["suspended"]) == sorted(p.pid for p in procs)
-    assert _wait(lambda: all(_stopped(p.pid) for p in procs))
+    assert eventually(lambda: all(_stopped(p.pid) for p in procs))
     [lease] = leases.list_leases()
     assert lease.args["target"].get("password") is None  # key auth: no secret to seal
     await ctx.revert_all()
-    assert _wait(lambda: not any(_stopped(p.pid) for p in procs))
+    assert eventually(lambda: not any(_stopped(p.pid) for p in procs))
 
 
 async def test_suspend_lease_recipe_resumes_from_another_process(target, sleepers) -> None:  # type: ignore[no-untyped-def]
@@ -90,16 +76,11 @@ async def test_suspend_lease_recipe_resumes_from_another_process(target, sleeper
     ctx = ActivityContext(run_id="ssh3")
     await get_activity("ssh", "suspend_process").invoke(ctx, {**target, "pattern": token, "count": 1})
     assert len(leases.list_leases()) == 1
-    assert _wait(lambda: sum(_stopped(p.pid) for p in procs) == 1)
+    assert eventually(lambda: sum(_stopped(p.pid) for p in procs) == 1)
     # What the watchdog does for a dead controller, in a fresh process.
-    out = subprocess.run(
-        [sys.executable, "-m", "faultplane.drivers.leases", "reap", "--force"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = lease_helpers.reap("--force", timeout=30)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert _wait(lambda: not any(_stopped(p.pid) for p in procs))
+    assert eventually(lambda: not any(_stopped(p.pid) for p in procs))
     await ctx.revert_all()  # the lease is gone: nothing happens twice
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
-from servers import _free_port, _stop, _wait_port
+from servers import _free_port, _stop, sshd_keys, start_sshd
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -32,41 +32,13 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[list[dict[str, object]]]:
     """Three sshd instances (one host key, one client key), each a 'host' for the driver."""
-    sshd, keygen = Path("/usr/sbin/sshd"), shutil.which("ssh-keygen")
-    if not sshd.exists() or keygen is None:
-        pytest.skip("openssh-server is not installed (run `make services`)")
-    if os.geteuid() != 0:
-        pytest.skip("sshd needs root to run on a test port here")
     base = Path(tempfile.mkdtemp(prefix="faultplane-sshhosts-"))
-    os.chmod(base, 0o700)
-    host_key, user_key = base / "host_ed25519", base / "user_ed25519"
-    for key in (host_key, user_key):
-        subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    auth = base / "authorized_keys"
-    shutil.copy(user_key.with_suffix(".pub"), auth)
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    pub = host_key.with_suffix(".pub").read_text().split()
     procs, out = [], []
     try:
+        host_key, user_key, auth = sshd_keys(base)
         for n in range(3):
-            port = _free_port()
-            cfg = base / f"sshd_config_{n}"
-            cfg.write_text(
-                f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {base / f'sshd{n}.pid'}\n"
-                f"AuthorizedKeysFile {auth}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-                "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\n"
-                "LogLevel ERROR\n"
-            )
-            log = base / f"sshd{n}.log"
-            with open(log, "ab") as logf:  # the child keeps its own copy of the descriptor
-                procs.append(
-                    subprocess.Popen(
-                        [str(sshd), "-D", "-e", "-f", str(cfg)], stdout=logf, stderr=subprocess.STDOUT
-                    )
-                )
-            _wait_port(port, procs[-1], "sshd", log)
-            known = base / f"known_hosts_{n}"
-            known.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+            proc, port, known = start_sshd(base, host_key, auth, f"sshd{n}")
+            procs.append(proc)
             out.append(
                 {
                     "host": "127.0.0.1",

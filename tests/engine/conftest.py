@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 import ctk_helpers  # noqa: F401  (registers the test driver)
 from policy_helpers import use_lab_policy
+from servers import http_server
 
 LAB_POLICY = """\
 # A lab policy for engine tests: production is still forbidden, gates are not required.
@@ -44,10 +44,5 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="session")
 def http_service() -> Iterator[str]:
     """A real HTTP server on a free loopback port."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with http_server(_Handler) as url:
+        yield url

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import ctk_helpers
+from clihelp import run_cli
 
 pytestmark = pytest.mark.usefixtures("lab_policy")
 TESTS = Path(__file__).resolve().parent.parent
@@ -21,13 +22,7 @@ TESTS = Path(__file__).resolve().parent.parent
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200")
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "faultplane.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return run_cli(*args, env=env)
 
 
 def _experiment(tmp_path: Path) -> Path:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+import ctk_helpers
 from faultplane.engine.lifecycle import EXIT_ROLLBACK_FAILED
 from policy_helpers import use_lab_policy
 
@@ -23,14 +24,7 @@ def _doc(rollback_provider: dict[str, Any], *, hypothesis_holds: bool = True) ->
         "description": "d",
         "steady-state-hypothesis": {
             "title": "h",
-            "probes": [
-                {
-                    "type": "probe",
-                    "name": "cpus",
-                    "provider": {"type": "python", "module": "os", "func": "cpu_count"},
-                    "tolerance": {"type": "range", "range": [1, 4096] if hypothesis_holds else [0, 0]},
-                }
-            ],
+            "probes": [ctk_helpers.cpu_count_probe(hypothesis_holds)],
         },
         "method": [{"type": "action", "name": "act", "provider": ok}],
         "rollbacks": [{"type": "action", "name": "undo", "provider": rollback_provider}],

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from clihelp import run_cli
 
 COMPAT = Path(__file__).parent / "ctk" / "compat"
 pytestmark = pytest.mark.usefixtures("lab_policy")
@@ -35,13 +36,7 @@ def _cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "FAULTPLANE_STORE": str(tmp / "s.duckdb"),
         "PYTHONPATH": os.pathsep.join([str(COMPAT), os.environ.get("PYTHONPATH", "")]),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "faultplane.cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(*args, env=env, timeout=120)
 
 
 def test_variables_types_and_unknown_names(tmp_path: Path) -> None:

@@ -13,12 +13,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from faultplane.engine.controls import GlobalControls, load_global_controls
 from faultplane.services.ctk import DIFFERENCES, cli_overrides
 from faultplane.services.experiments import run_experiment, validate_experiment
 from faultplane.services.runs import load_journal
+from servers import http_server
 
 COMPAT = Path(__file__).parent / "ctk" / "compat"
 META: dict[str, dict[str, Any]] = yaml.safe_load((COMPAT / "compat.yaml").read_text())
@@ -153,13 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def compat_http() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with http_server(_Handler) as url:
+        yield url
 
 
 def _chaos_run(name: str, base_url: str, root: Path) -> Outcome:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from clihelp import run_cli
 from faultplane.core.formats import ExperimentError
 from faultplane.core.store import Store
 from faultplane.engine.controls import load_global_controls
@@ -46,13 +47,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "FAULTPLANE_STORE": str(home / "s.duckdb"),
         "PYTHONPATH": os.pathsep.join([str(COMPAT), os.environ.get("PYTHONPATH", "")]),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "faultplane.cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(*args, env=env, timeout=120)
 
 
 def test_default_settings_file_and_control_files_on_the_cli(tmp_path: Path) -> None:

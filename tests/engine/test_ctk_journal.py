@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from clihelp import run_cli
 from faultplane.core.store import Store
 from faultplane.services.ctk import to_ctk_journal
 from faultplane.services.experiments import run_experiment
@@ -122,31 +123,17 @@ def test_cli_export_and_journal_format(tmp_path: Path) -> None:
         "title: t\ndescription: d\nmethod:\n  - {type: action, name: a, provider: {type: process, path: 'true'}}\n"
     )
     env = {**os.environ, "FAULTPLANE_STORE": str(tmp_path / "s.duckdb")}
-    cli = [sys.executable, "-m", "faultplane.cli.main"]
     journal = tmp_path / "j.json"
-    done = subprocess.run(
-        [*cli, "run", str(exp), "--format", "json", "--journal", str(journal), "--journal-format", "ctk"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = ["run", str(exp), "--format", "json", "--journal", str(journal), "--journal-format", "ctk"]
+    done = run_cli(*run, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
     written = json.loads(journal.read_text())
     assert written["status"] == "completed" and written["run"][0]["activity"]["name"] == "a"
-    exported = subprocess.run(
-        [*cli, "journal", "export", run_id, "--format", "ctk"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    exported = run_cli("journal", "export", run_id, "--format", "ctk", env=env, timeout=120)
     assert exported.returncode == 0, exported.stderr
     assert json.loads(exported.stdout) == written
-    missing = subprocess.run(
-        [*cli, "journal", "export", "nosuchrun"], env=env, capture_output=True, text=True, timeout=120
-    )
+    missing = run_cli("journal", "export", "nosuchrun", env=env, timeout=120)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
 
 

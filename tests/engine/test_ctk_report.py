@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from clihelp import run_cli
 from faultplane.core.store import Store
 from faultplane.services.ctk import write_ctk_journal
 from faultplane.services.experiments import run_experiment
@@ -118,19 +119,10 @@ def test_cli_export_of_a_stored_run_is_read_by_chaos_report(tmp_path: Path) -> N
         encoding="utf-8",
     )
     env = {**os.environ, "FAULTPLANE_STORE": str(tmp_path / "s.duckdb")}
-    cli = [sys.executable, "-m", "faultplane.cli.main"]
-    done = subprocess.run(
-        [*cli, "run", str(exp), "--format", "json"], env=env, capture_output=True, text=True, timeout=120
-    )
+    done = run_cli("run", str(exp), "--format", "json", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
-    exported = subprocess.run(
-        [*cli, "journal", "export", run_id, "--format", "ctk"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    exported = run_cli("journal", "export", run_id, "--format", "ctk", env=env, timeout=120)
     assert exported.returncode == 0, exported.stderr
     journal = tmp_path / "journal.json"
     journal.write_text(exported.stdout, encoding="utf-8")

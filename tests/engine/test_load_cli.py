@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+
+from servers import http_server
 
 CLI = [sys.executable, "-m", "faultplane.cli.main", "load"]
 
@@ -30,12 +31,8 @@ def url() -> Iterator[str]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/pay"
-    srv.shutdown()
-    srv.server_close()
+    with http_server(Handler) as base:
+        yield base + "/pay"
 
 
 def test_json_summary(url: str) -> None:

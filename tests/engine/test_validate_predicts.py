@@ -134,53 +134,36 @@ def test_mutations(index: int, kind: str, pick: int, text: str, tmp_path: Path) 
     _check(_mutate(load_document(CORPUS[index]), kind, pick, text), tmp_path)
 
 
-def test_one_error_per_root_cause() -> None:
+@pytest.mark.parametrize(
+    ("provider", "expected"),
+    [
+        (
+            {"type": "python", "module": "ctkfix", "fnc": "value"},
+            [("method[0].provider.func", "rename 'fnc' to 'func'")],
+        ),
+        (
+            {"type": "python", "module": "ctkfix", "func": "value", "arguments": {"vv": 1}},
+            [("method[0].provider.arguments.vv", "rename 'vv' to 'v'")],
+        ),
+        (
+            {"type": "python", "module": "ctkfix", "func": "vlaue", "arguments": {"v": 1}},
+            [("method[0].provider.func", "did you mean 'value'?")],
+        ),
+        (
+            {"type": "driver", "driver": "faults", "name": "registr", "arguments": {}},
+            [("method[0].provider.name", "did you mean 'register'?")],
+        ),
+    ],
+)
+def test_one_error_per_root_cause(provider: dict[str, Any], expected: list[tuple[str, str]]) -> None:
     """A bad key inside an activity is one problem, not one per branch of the activity-or-ref union."""
     doc = {
         "title": "t",
         "description": "d",
-        "method": [
-            {
-                "type": "action",
-                "name": "a",
-                "provider": {"type": "python", "module": "ctkfix", "fnc": "value"},
-            }
-        ],
+        "method": [{"type": "action", "name": "a", "provider": provider}],
     }
     report = validate_experiment(doc, with_policy=False)
-    assert [(e.field, e.fix) for e in report.errors] == [
-        ("method[0].provider.func", "rename 'fnc' to 'func'")
-    ]
-    bad_arg = copy.deepcopy(doc)
-    bad_arg["method"][0]["provider"] = {
-        "type": "python",
-        "module": "ctkfix",
-        "func": "value",
-        "arguments": {"vv": 1},
-    }
-    report = validate_experiment(bad_arg, with_policy=False)
-    assert [e.field for e in report.errors] == ["method[0].provider.arguments.vv"]
-    assert report.errors[0].fix == "rename 'vv' to 'v'"
-    typo_func = copy.deepcopy(doc)
-    typo_func["method"][0]["provider"] = {
-        "type": "python",
-        "module": "ctkfix",
-        "func": "vlaue",
-        "arguments": {"v": 1},
-    }
-    report = validate_experiment(typo_func, with_policy=False)
-    assert [(e.field, e.fix) for e in report.errors] == [("method[0].provider.func", "did you mean 'value'?")]
-    driver = copy.deepcopy(doc)
-    driver["method"][0]["provider"] = {
-        "type": "driver",
-        "driver": "faults",
-        "name": "registr",
-        "arguments": {},
-    }
-    report = validate_experiment(driver, with_policy=False)
-    assert [(e.field, e.fix) for e in report.errors] == [
-        ("method[0].provider.name", "did you mean 'register'?")
-    ]
+    assert [(e.field, e.fix) for e in report.errors] == expected
 
 
 def test_references_controls_and_tolerances_one_error_each_where_written() -> None:

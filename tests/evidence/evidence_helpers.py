@@ -75,6 +75,18 @@ def flapping_latency(state: str, base_ms: float = 20.0) -> float:
 # ---- experiments over this service ------------------------------------------------------------------------
 
 
+def steady_probe(name: str = "p") -> dict[str, Any]:
+    """A probe that reads 120 (a p99 in ms, from json.loads) and holds within [0, 200]: a steady state with
+    no service behind it."""
+    provider = {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}}
+    return {
+        "type": "probe",
+        "name": name,
+        "tolerance": {"type": "range", "range": [0, 200]},
+        "provider": provider,
+    }
+
+
 def py(name: str, func: str, kind: str = "probe", **arguments: Any) -> dict[str, Any]:
     return {
         "type": kind,

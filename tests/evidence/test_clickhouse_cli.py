@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from evidence_helpers import steady_probe
 
 from clihelp import cli, env
 from conftest import LAB_POLICY, ClickHouseServer, start_clickhouse, stop_clickhouse
@@ -23,12 +24,7 @@ pytestmark = pytest.mark.clickhouse
 
 
 def _experiment(path: Path, method: list[dict[str, Any]] | None = None) -> Path:
-    probe = {
-        "type": "probe",
-        "name": "p99-ms",
-        "tolerance": {"type": "range", "range": [0, 200]},
-        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
-    }
+    probe = steady_probe("p99-ms")
     doc = {
         "title": "checkout latency",
         "family": "checkout",

@@ -8,18 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from evidence_helpers import steady_probe
 
 from clihelp import cli
 from faultplane.services import compliance as co
 
 
 def _experiment(path: Path, tags: list[str]) -> Path:
-    probe = {
-        "type": "probe",
-        "name": "p",
-        "tolerance": {"type": "range", "range": [0, 200]},
-        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
-    }
+    probe = steady_probe()
     doc = {
         "title": "t",
         "tags": tags,

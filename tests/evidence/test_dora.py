@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+import ctk_helpers
 from faultplane.core.store import Store
 from faultplane.services.dora import DoraError, four_keys, import_events, parse_events
 
@@ -78,14 +79,7 @@ def _experiment(service: str, fault_ms: float) -> dict[str, Any]:
         "blast_radius": {"percent": 10},
         "steady-state-hypothesis": {
             "title": "h",
-            "probes": [
-                {
-                    "type": "probe",
-                    "name": "cpus",
-                    "provider": {"type": "python", "module": "os", "func": "cpu_count"},
-                    "tolerance": {"type": "range", "range": [1, 4096]},
-                }
-            ],
+            "probes": [ctk_helpers.cpu_count_probe()],
         },
         "method": [
             {

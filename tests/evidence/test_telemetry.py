@@ -8,14 +8,13 @@ import copy
 import datetime as dt
 import gzip
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
-from evidence_helpers import LAB_POLICY, free_port
+from evidence_helpers import LAB_POLICY, free_port, steady_probe
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -23,6 +22,7 @@ from opentelemetry.trace import StatusCode
 
 from faultplane.core import otlp, telemetry
 from policy_helpers import use_lab_policy
+from servers import http_server
 
 
 def _ns(iso: str) -> int:
@@ -153,14 +153,8 @@ class _Collector(BaseHTTPRequestHandler):
 def collector() -> Iterator[tuple[str, list[Any]]]:
     """A real OTLP/HTTP receiver on loopback: it records each POST's path, headers and (decompressed) body."""
     _Collector.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", _Collector.received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(_Collector) as url:
+        yield url, _Collector.received
 
 
 def _with_load(journal: dict[str, Any]) -> dict[str, Any]:
@@ -291,12 +285,7 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
 
     use_lab_policy(LAB_POLICY)
     exp = tmp_path / "exp.json"
-    probe = {
-        "type": "probe",
-        "name": "p",
-        "tolerance": {"type": "range", "range": [0, 200]},
-        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
-    }
+    probe = steady_probe()
     exp.write_text(
         json.dumps(
             {"title": "t", "steady-state-hypothesis": {"title": "h", "probes": [probe]}, "method": [probe]}
@@ -316,12 +305,7 @@ def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) ->
 def _tiny_experiment(tmp_path: Path) -> Path:
     policy = tmp_path / "policy.yaml"
     policy.write_text(LAB_POLICY, encoding="utf-8")
-    probe = {
-        "type": "probe",
-        "name": "p",
-        "tolerance": {"type": "range", "range": [0, 200]},
-        "provider": {"type": "python", "module": "json", "func": "loads", "arguments": {"s": "120"}},
-    }
+    probe = steady_probe()
     exp = tmp_path / "exp.json"
     exp.write_text(
         json.dumps(

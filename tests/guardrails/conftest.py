@@ -28,3 +28,14 @@ def service() -> Iterator[DegradableService]:
     yield svc
     svc.server.shutdown()
     svc.server.server_close()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git project (tmp_path/p) as the working directory, with no $FAULTPLANE_POLICY from outside: the policy
+    in force is what the test writes. Test files that need more extend it by asking for `project`."""
+    root = tmp_path / "p"
+    (root / ".git").mkdir(parents=True)
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
+    return root

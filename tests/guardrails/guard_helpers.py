@@ -51,7 +51,11 @@ BASE: dict[str, Any] = {
 
 
 def base_experiment(**changes: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(BASE)
+    return _changed(copy.deepcopy(BASE), changes)
+
+
+def _changed(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with each key of `changes` set, or dropped where its value is None."""
     for key, value in changes.items():
         if value is None:
             doc.pop(key, None)
@@ -67,6 +71,30 @@ def write_experiment(folder: Path, doc: dict[str, Any], name: str = "exp.yaml") 
     else:
         path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
+
+
+def hook_project(root: Path, prod_env: str = "prod") -> Path:
+    """A git project of experiments the hook judges: allowed ones (exp.yaml, experiments/ok.json), one whose
+    target is labelled `prod_env` (prod.yaml), a prod URL in its configuration (url.yaml) used through a
+    template (templated.yaml), no gates (nogates.yaml), a stage-1 radius (stage1.yaml), and lax.yaml, a policy
+    that drops the gate requirement."""
+    (root / ".git").mkdir(parents=True)
+    (root / "experiments").mkdir()
+    write_experiment(root, base_experiment(), "exp.yaml")
+    write_experiment(root / "experiments", base_experiment(), "ok.json")
+    write_experiment(
+        root, base_experiment(targets=[{"name": "db", "labels": {"env": prod_env}}]), "prod.yaml"
+    )
+    write_experiment(
+        root, base_experiment(configuration={"api_url": "https://api.prod.example.com"}), "url.yaml"
+    )
+    doc = base_experiment()
+    doc["method"][0]["provider"] = {"type": "http", "url": "${api_url}/faults"}
+    write_experiment(root, doc, "templated.yaml")
+    write_experiment(root, base_experiment(slo_gates=None), "nogates.yaml")
+    write_experiment(root, base_experiment(blast_radius={"percent": 25}), "stage1.yaml")
+    (root / "lax.yaml").write_text("gates: {required: false}\n")
+    return root
 
 
 _CLOCK = [datetime(2026, 1, 1, tzinfo=UTC)]
@@ -112,19 +140,14 @@ REDIS_TARGET = "loopback:6379"  # the identity core.exposure gives REDIS_FAULT_U
 def fault_experiment(url: str = REDIS_FAULT_URL, **changes: Any) -> dict[str, Any]:
     """BASE with a method that really injects a fault the driver catalog knows (redis CLIENT PAUSE, kind
     `timeout`), so a run of it can show an injection."""
-    method = [
-        {
-            "type": "action",
-            "name": "pause-writes",
-            "provider": {
-                "type": "driver",
-                "driver": "redis",
-                "name": "client_pause",
-                "arguments": {"url": url, "timeout_ms": 50, "mode": "WRITE"},
-            },
-        }
-    ]
-    return base_experiment(**{"method": method, **changes})
+    return base_experiment(**{"method": [pause_writes(url)], **changes})
+
+
+def pause_writes(url: str) -> dict[str, Any]:
+    """The action that pauses writes on the Redis at `url` for 50 ms (CLIENT PAUSE WRITE)."""
+    arguments = {"url": url, "timeout_ms": 50, "mode": "WRITE"}
+    provider = {"type": "driver", "driver": "redis", "name": "client_pause", "arguments": arguments}
+    return {"type": "action", "name": "pause-writes", "provider": provider}
 
 
 def record_exposure(
@@ -225,12 +248,7 @@ def runnable_experiment(url: str, *, title: str = "Engine guardrail run", **chan
         ],
         "method": [{"type": "action", "name": "noop", "provider": {"type": "process", "path": "true"}}],
     }
-    for key, value in changes.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
-    return doc
+    return _changed(doc, changes)
 
 
 # ---- signed approvals ------------------------------------------------------------------------------------------

@@ -33,18 +33,10 @@ FAMILY = "payment-db-latency"
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    (root / ".git").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    for var in (
-        "FAULTPLANE_POLICY",
-        "FAULTPLANE_APPROVAL",
-        approvals.PASSPHRASE_ENV,
-        "FAULTPLANE_APPROVER_KEY",
-    ):
+def project(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in ("FAULTPLANE_APPROVAL", approvals.PASSPHRASE_ENV, "FAULTPLANE_APPROVER_KEY"):
         monkeypatch.delenv(var, raising=False)
-    return root
+    return project
 
 
 def wide() -> dict[str, Any]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import random
 import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from faultplane.core.store import Store
 from faultplane.drivers.blast import radius_cap, select_targets
 from faultplane.engine.lifecycle import _targets_of, evaluate_document, execute
 from faultplane.services.guard import prepare
+from proc_helpers import sleepers
 
 pytestmark = pytest.mark.anyio
 
@@ -122,14 +121,8 @@ def test_without_the_driver_catalog_size_fields_still_count() -> None:
 
 @pytest.fixture
 def workers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
-    marker = f"fp-blast-{uuid.uuid4().hex[:10]}"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker]) for _ in range(10)
-    ]
-    yield marker, procs
-    for p in procs:
-        p.kill()
-        p.wait()
+    with sleepers("fp-blast-", 10, seconds=120) as found:
+        yield found
 
 
 def _alive(procs: list[subprocess.Popen[bytes]]) -> int:

@@ -15,15 +15,6 @@ from faultplane.core.store import Store
 runner = CliRunner()
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    (root / ".git").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
-    return root
-
-
 def test_check_allowed_and_refused(project: Path) -> None:
     write_experiment(project, base_experiment(), "ok.yaml")
     write_experiment(project, base_experiment(targets=[{"name": "x", "labels": {"env": "Prod"}}]), "bad.yaml")

@@ -4,11 +4,10 @@ a real (small) load generator, and an HTTP endpoint speaking the Prometheus quer
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -20,6 +19,7 @@ from guard_helpers import DegradableService
 from faultplane.core.gates import GateSpec
 from faultplane.engine.gates import GateMonitor
 from faultplane.engine.sli import LoadFigures, SliError, SliSources, missing_sources, to_number
+from servers import http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -94,16 +94,16 @@ async def run_fault(
     return marks
 
 
+def http_probe_gate(name: str, url: str, rollback_on: str, interval_s: float) -> GateSpec:
+    """A gate on a probe that GETs `url` (the sources under test decide what it measures)."""
+    probe = {"type": "probe", "name": "p", "provider": {"type": "http", "url": url}}
+    return GateSpec(name=name, sli="probe", rollback_on=rollback_on, interval_s=interval_s, probe=probe)
+
+
 async def test_latency_gate_aborts_and_rolls_back_within_one_interval(service: DegradableService) -> None:
     url = service.url + "/checkout"
     interval, window, slow = 0.2, 1.0, 0.45
-    gate = GateSpec(
-        name="checkout-latency",
-        sli="probe",
-        rollback_on="probe > 300 for 1s",
-        interval_s=interval,
-        probe={"type": "probe", "name": "p", "provider": {"type": "http", "url": url}},
-    )
+    gate = http_probe_gate("checkout-latency", url, "probe > 300 for 1s", interval)
     rec = Recorder()
     monitor = GateMonitor([gate], SliSources(run_probe=latency_probe(url)), rec.on_sample)
     with anyio.fail_after(20):
@@ -160,13 +160,7 @@ async def test_error_gate_aborts_within_one_interval_of_the_window(service: Degr
     requests, slower on a busy machine) is accounted for rather than squeezed into the interval."""
     url = service.url + "/pay"
     interval, window, slack = 0.1, 0.6, 0.05
-    gate = GateSpec(
-        name="errors",
-        sli="probe",
-        rollback_on="probe > 0.2 for 600ms",
-        interval_s=interval,
-        probe={"type": "probe", "name": "e", "provider": {"type": "http", "url": url}},
-    )
+    gate = http_probe_gate("errors", url, "probe > 0.2 for 600ms", interval)
     rec = Recorder()
     probe = TimedProbe(error_probe())
     monitor = GateMonitor([gate], SliSources(run_probe=probe), rec.on_sample)
@@ -304,13 +298,8 @@ def prometheus() -> Iterator[tuple[str, FakePrometheusState]]:
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", state
-    server.shutdown()
-    server.server_close()
+    with http_server(Handler) as url:
+        yield url, state
 
 
 def _vector(*values: float) -> dict[str, Any]:
@@ -419,6 +408,12 @@ def _probe_gate(rollback_on: str, **kw: Any) -> GateSpec:
     )
 
 
+def _scripted_monitor(rollback_on: str, values: list[Any], **gate_kw: Any) -> GateMonitor:
+    """One probe gate sampled every 50 ms, its probe answering `values` in turn."""
+    gate = _probe_gate(rollback_on, interval_s=0.05, **gate_kw)
+    return GateMonitor([gate], SliSources(run_probe=_scripted(values)), lambda s: None)
+
+
 async def _watch(monitor: GateMonitor, seconds: float) -> Recorder:
     rec = Recorder()
     monitor.on_sample = rec.on_sample
@@ -428,11 +423,7 @@ async def _watch(monitor: GateMonitor, seconds: float) -> Recorder:
 
 
 async def test_window_zero_aborts_on_first_breaching_sample() -> None:
-    m = GateMonitor(
-        [_probe_gate("probe > 10", interval_s=0.05)],
-        SliSources(run_probe=_scripted([1, 2, 50, 1])),
-        lambda s: None,
-    )
+    m = _scripted_monitor("probe > 10", [1, 2, 50, 1])
     with anyio.fail_after(5):
         rec = await _watch(m, 0.5)
     assert len(rec.aborts) == 1
@@ -442,11 +433,7 @@ async def test_window_zero_aborts_on_first_breaching_sample() -> None:
 
 async def test_flapping_resets_the_window() -> None:
     values = [50, 50, 1] * 20
-    m = GateMonitor(
-        [_probe_gate("probe > 10 for 200ms", interval_s=0.05)],
-        SliSources(run_probe=_scripted(values)),
-        lambda s: None,
-    )
+    m = _scripted_monitor("probe > 10 for 200ms", values)
     with anyio.fail_after(5):
         rec = await _watch(m, 1.0)
     assert rec.aborts == [] and m.breach is None
@@ -454,11 +441,7 @@ async def test_flapping_resets_the_window() -> None:
 
 
 async def test_abort_is_called_once_and_sampling_goes_on_until_cancelled() -> None:
-    m = GateMonitor(
-        [_probe_gate("probe > 10 for 100ms", interval_s=0.05)],
-        SliSources(run_probe=_scripted([50])),
-        lambda s: None,
-    )
+    m = _scripted_monitor("probe > 10 for 100ms", [50])
     with anyio.fail_after(5):
         rec = await _watch(m, 0.8)
     assert len(rec.aborts) == 1
@@ -480,21 +463,13 @@ async def test_stop_after_abort_returns() -> None:
 
 async def test_failing_probe_counts_as_breaching_unless_ignored() -> None:
     boom = [RuntimeError("connection refused")]
-    m = GateMonitor(
-        [_probe_gate("probe > 10 for 100ms", interval_s=0.05)],
-        SliSources(run_probe=_scripted(boom)),
-        lambda s: None,
-    )
+    m = _scripted_monitor("probe > 10 for 100ms", boom)
     with anyio.fail_after(5):
         rec = await _watch(m, 1.0)
     assert len(rec.aborts) == 1 and "connection refused" in rec.aborts[0][1]
     assert rec.samples[0]["value"] is None and rec.samples[0]["error"].startswith("RuntimeError")
 
-    m = GateMonitor(
-        [_probe_gate("probe > 10 for 100ms", interval_s=0.05, on_missing="ignore")],
-        SliSources(run_probe=_scripted(boom)),
-        lambda s: None,
-    )
+    m = _scripted_monitor("probe > 10 for 100ms", boom, on_missing="ignore")
     with anyio.fail_after(5):
         rec = await _watch(m, 0.4)
     assert rec.aborts == [] and rec.samples and not any(s["breaching"] for s in rec.samples)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment, write_experiment
+from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment, hook_project
 
 from faultplane.core import approval as approvals
 
@@ -56,24 +56,7 @@ def mcp(tool: str, tool_input: dict[str, Any], cwd: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / ".git").mkdir(parents=True)
-    (root / "experiments").mkdir()
-    write_experiment(root, base_experiment(), "exp.yaml")
-    write_experiment(root / "experiments", base_experiment(), "ok.json")
-    write_experiment(
-        root, base_experiment(targets=[{"name": "db", "labels": {"env": f"{CYR_P}rod"}}]), "prod.yaml"
-    )
-    write_experiment(
-        root, base_experiment(configuration={"api_url": "https://api.prod.example.com"}), "url.yaml"
-    )
-    doc = base_experiment()
-    doc["method"][0]["provider"] = {"type": "http", "url": "${api_url}/faults"}
-    write_experiment(root, doc, "templated.yaml")
-    write_experiment(root, base_experiment(slo_gates=None), "nogates.yaml")
-    write_experiment(root, base_experiment(blast_radius={"percent": 25}), "stage1.yaml")
-    (root / "lax.yaml").write_text("gates: {required: false}\n")
-    return root
+    return hook_project(tmp_path / "project", prod_env=f"{CYR_P}rod")  # a Cyrillic er: a homoglyph of prod
 
 
 ALLOWED_BASH = [

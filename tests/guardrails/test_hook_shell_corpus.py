@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import base_experiment, write_experiment
+from guard_helpers import base_experiment, hook_project, write_experiment
 
 from faultplane.hook.judge import judge_tool_call
 
@@ -71,20 +71,8 @@ def wrapped(command: str) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("corpus") / "project"
-    (root / ".git").mkdir(parents=True)
-    (root / "experiments").mkdir()
+    hook_project(root)
     (root / "faultplane.policy.yaml").write_text("version: 1\n")  # the strict default, spelled out
-    write_experiment(root, base_experiment(), "exp.yaml")
-    write_experiment(root / "experiments", base_experiment(), "ok.json")
-    write_experiment(root, base_experiment(targets=[{"name": "db", "labels": {"env": "prod"}}]), "prod.yaml")
-    write_experiment(
-        root, base_experiment(configuration={"api_url": "https://api.prod.example.com"}), "url.yaml"
-    )
-    doc = base_experiment()
-    doc["method"][0]["provider"] = {"type": "http", "url": "${api_url}/faults"}
-    write_experiment(root, doc, "templated.yaml")
-    write_experiment(root, base_experiment(slo_gates=None), "nogates.yaml")
-    write_experiment(root, base_experiment(blast_radius={"percent": 25}), "stage1.yaml")
     write_experiment(root, base_experiment(), "ctk-ok.json")
     ctk = base_experiment()
     ctk["method"] = [
@@ -102,7 +90,6 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_experiment(root, ctk, "ctk-prod.json")
     (root / "vars-prod.yaml").write_text("api_url: https://api.prod.example.com\n")
     (root / "vars-ok.yaml").write_text("api_url: http://127.0.0.1:8080\n")
-    (root / "lax.yaml").write_text("gates: {required: false}\n")
     (root / "notes.txt").write_text("a\n")
     (root / "ok.sh").write_text("#!/bin/sh\necho hello\nls -la\n")
     (root / "evil.sh").write_text(f"#!/bin/bash\nfaultplane run {root}/prod.yaml\n")

@@ -34,13 +34,9 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    (root / ".git").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
+def project(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("FAULTPLANE_APPROVAL", raising=False)
-    return root
+    return project
 
 
 def _hook_allows(command: str, cwd: Path) -> bool:

@@ -19,15 +19,6 @@ from faultplane.core.policy.layers import loosening_approved, policy_file_hash, 
 LAX = "gates: {required: false, min_gates: 0, require_window: false}\napproval: {min_stage: null}\n"
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "proj"
-    (root / ".git").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
-    return root
-
-
 STRICT_PROJECT = "forbidden: {words: [live]}\napproval: {min_stage: 1, fault_types: [latency]}\n"
 
 

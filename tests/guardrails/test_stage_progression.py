@@ -13,6 +13,7 @@ from guard_helpers import (
     REDIS_TARGET,
     DegradableService,
     fault_experiment,
+    pause_writes,
     record_exposure,
     runnable_experiment,
     write_experiment,
@@ -85,11 +86,8 @@ def test_other_hosts_and_ports_are_other_targets() -> None:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    (root / ".git").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
+def project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = project
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("FAULTPLANE_NO_WATCHDOG", "1")
@@ -109,19 +107,7 @@ def _raise_exit(code: int) -> None:
 
 
 def _doc(service_url: str, redis_url: str, percent: int, **changes: Any) -> dict[str, Any]:
-    method = [
-        {
-            "type": "action",
-            "name": "pause-writes",
-            "provider": {
-                "type": "driver",
-                "driver": "redis",
-                "name": "client_pause",
-                "arguments": {"url": redis_url, "timeout_ms": 50, "mode": "WRITE"},
-            },
-        }
-    ]
-    changes.setdefault("method", method)
+    changes.setdefault("method", [pause_writes(redis_url)])
     return runnable_experiment(service_url, title="Stage climb", blast_radius={"percent": percent}, **changes)
 
 

@@ -33,15 +33,6 @@ def _with(*method: dict[str, Any]) -> dict[str, Any]:
     return base_experiment(targets=None, method=list(method))
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    (root / ".git").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
-    return root
-
-
 # ---- names that select targets -----------------------------------------------------------------------------
 
 PROD_NAMES = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import httpx2
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp import Client, StdioServerParameters
+from servers import _stop
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = 1234
@@ -156,16 +156,6 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None
             return
         time.sleep(0.05)
     raise RuntimeError(f"MCP server did not listen on {port} within {START_TIMEOUT_S}s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @contextlib.contextmanager

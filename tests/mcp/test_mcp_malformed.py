@@ -19,6 +19,14 @@ from jsonrpc_helpers import initialize, tool_call
 pytestmark = pytest.mark.anyio
 
 N_MESSAGES = 200
+# every fuzz loop: N_MESSAGES fixed examples against one live server, no deadline (the machine may be loaded)
+FUZZ = settings(
+    max_examples=N_MESSAGES,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 JSONRPC_ERRORS = {-32700, -32600, -32601, -32602, -32020, -32022}
 ACCEPT = "application/json, text/event-stream"
 
@@ -135,13 +143,7 @@ async def test_200_malformed_messages_get_jsonrpc_errors_and_server_keeps_servin
         with httpx.Client(timeout=10) as http:
             sid = _initialize(http, url)
 
-            @settings(
-                max_examples=N_MESSAGES,
-                deadline=None,
-                database=None,
-                derandomize=True,
-                suppress_health_check=list(HealthCheck),
-            )
+            @FUZZ
             @given(body=malformed, era=eras)
             def one(body: bytes, era: str) -> None:
                 seen.append(body)
@@ -369,13 +371,7 @@ def test_stdio_200_generated_malformed_messages_get_the_errors_json_rpc_requires
         assert peer.until("init")[-1]["result"]["serverInfo"]["name"] == "faultplane"
         peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
-        @settings(
-            max_examples=N_MESSAGES,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(HealthCheck),
-        )
+        @FUZZ
         @given(case=stdio_case())
         def one(case: Expectation) -> None:
             message, want_id, code = case

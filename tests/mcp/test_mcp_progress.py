@@ -8,9 +8,11 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from mcp.types import CallToolResult
 from mcp_helpers import ServerEnv, make_env, server_argv, slow_experiment
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -44,6 +46,20 @@ async def session(senv: ServerEnv) -> AsyncIterator[ClientSession]:
         yield s
 
 
+async def _call_with_progress(
+    senv: ServerEnv, tool: str, arguments: dict[str, Any], timeout: float
+) -> tuple[CallToolResult, list[str]]:
+    """One tool call on a new session, and the progress messages it sent, in order."""
+    seen: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(message or "")
+
+    with anyio.fail_after(timeout):
+        async with session(senv) as s:
+            return await s.call_tool(tool, arguments, progress_callback=on_progress), seen
+
+
 async def test_a_run_reports_phases_and_activities_as_progress(tmp_path: Path) -> None:
     senv = make_env(tmp_path / "srv")
     seen: list[tuple[float, str | None]] = []
@@ -71,16 +87,7 @@ async def test_a_run_reports_phases_and_activities_as_progress(tmp_path: Path) -
 
 async def test_progress_carries_live_gate_values_against_thresholds(tmp_path: Path) -> None:
     senv = make_env(tmp_path / "srv")
-    seen: list[str] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append(message or "")
-
-    with anyio.fail_after(90):
-        async with session(senv) as s:
-            r = await s.call_tool(
-                "chaos_run_experiment", {"experiment": GATED}, progress_callback=on_progress
-            )
+    r, seen = await _call_with_progress(senv, "chaos_run_experiment", {"experiment": GATED}, 90)
     gates = [m for m in seen if m.startswith("gate target-latency")]
     assert r.structured_content and not r.is_error, (r.content, seen)
     assert gates and all("1.5 > 5" in m and m.endswith("ok") for m in gates), seen
@@ -224,16 +231,7 @@ async def test_a_gameday_reports_each_run_as_progress(tmp_path: Path) -> None:
     senv = make_env(tmp_path / "srv")
     quick = tmp_path / "quick.yaml"
     quick.write_text((senv.root / "experiments" / "mcp-smoke.yaml").read_text())
-    seen: list[str] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append(message or "")
-
-    with anyio.fail_after(120):
-        async with session(senv) as s:
-            r = await s.call_tool(
-                "chaos_gameday_run", {"gameday": _gameday(quick)}, progress_callback=on_progress
-            )
+    r, seen = await _call_with_progress(senv, "chaos_gameday_run", {"gameday": _gameday(quick)}, 120)
     assert not r.is_error and r.structured_content, r.content
     assert r.structured_content["planned"] == 2 and r.structured_content["passed"] == 2
     starts = [m for m in seen if m.startswith("gameday lane")]

@@ -147,12 +147,17 @@ async def keep_alive_echo(
         await writer.drain()
 
 
+async def calls_in_turn(c: RawClient, n: int) -> list[tuple[int, bytes]]:
+    """`n` calls, each posted once the one before is answered: (status, body) of every answer so far."""
+    for i in range(n):
+        c.post(rpc(i))
+        await c.responses_until(i + 1)
+    return [(s, b) for s, _, b in c.responses]
+
+
 async def test_sequential_calls_share_one_upstream_connection() -> None:
     async with proxy_to(keep_alive_echo) as (up, port), client(port) as c:
-        for i in range(5):
-            c.post(rpc(i))
-            await c.responses_until(i + 1)
-        assert [(s, b) for s, _, b in c.responses] == [(200, rpc(i)) for i in range(5)]
+        assert await calls_in_turn(c, 5) == [(200, rpc(i)) for i in range(5)]
         assert up.connections == 1
 
 
@@ -171,10 +176,7 @@ async def one_answer_per_connection(
 
 async def test_a_request_a_pooled_connection_lost_is_sent_again_on_a_fresh_one() -> None:
     async with proxy_to(one_answer_per_connection) as (up, port), client(port) as c:
-        for i in range(3):
-            c.post(rpc(i))
-            await c.responses_until(i + 1)
-        assert [(s, b) for s, _, b in c.responses] == [(200, rpc(i)) for i in range(3)]
+        assert await calls_in_turn(c, 3) == [(200, rpc(i)) for i in range(3)]
         assert up.connections == 3
         # each lost request reached a server that never answered it, then a fresh connection: 3 + 2
         assert [b for _, b in up.requests] == [rpc(0), rpc(1), rpc(1), rpc(2), rpc(2)]

@@ -51,16 +51,10 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 }
             )
         )
-        run = subprocess.run(
-            [sys.executable, "-m", "faultplane", "run", str(exp), "-q"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        run = _fp(env, "run", str(exp), "-q")
         assert run.returncode == 0, run.stderr
     out = base / "report"
-    made = _fp(env, "report", "exercise", "-o", str(out), "--since", since, "--key", str(key))
+    made = _exercise(env, out, since, key)
     assert made.returncode == 0, made.stderr
     return {"env": env, "dir": out, "line": line, "key": key, "base": base, "since": since}
 
@@ -69,6 +63,13 @@ def _fp(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "faultplane", *args], env=env, capture_output=True, text=True, timeout=120
     )
+
+
+def _exercise(
+    env: dict[str, str], out: Path, since: str, key: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`faultplane report exercise` of the runs since `since` into `out`, signed with `key`."""
+    return _fp(env, "report", "exercise", "-o", str(out), "--since", since, "--key", str(key), *extra)
 
 
 def _copy(signed: dict[str, Any], tmp_path: Path) -> Path:
@@ -189,54 +190,17 @@ def test_a_report_resigned_by_another_key_after_tampering_is_not_trusted(
 
 def test_bad_requests_are_one_line_errors(signed: dict[str, Any], tmp_path: Path) -> None:
     env = signed["env"]
-    empty = _fp(
-        env,
-        "report",
-        "exercise",
-        "-o",
-        str(tmp_path / "r1"),
-        "--since",
-        "2001-01-01",
-        "--until",
-        "2001-01-02",
-        "--key",
-        str(signed["key"]),
-    )
+    empty = _exercise(env, tmp_path / "r1", "2001-01-01", signed["key"], "--until", "2001-01-02")
     assert empty.returncode == 2 and "no runs to report" in empty.stderr
-    taken = _fp(
-        env,
-        "report",
-        "exercise",
-        "-o",
-        str(signed["dir"]),
-        "--since",
-        signed["since"],
-        "--key",
-        str(signed["key"]),
-    )
+    taken = _exercise(env, signed["dir"], signed["since"], signed["key"])
     assert taken.returncode == 2 and "not empty" in taken.stderr
-    nokey = _fp(
-        env,
-        "report",
-        "exercise",
-        "-o",
-        str(tmp_path / "r2"),
-        "--since",
-        signed["since"],
-        "--key",
-        str(tmp_path / "none.key"),
-    )
+    nokey = _exercise(env, tmp_path / "r2", signed["since"], tmp_path / "none.key")
     assert nokey.returncode == 2 and "approvals keygen" in nokey.stderr
-    wrong = _fp(
+    wrong = _exercise(
         {**env, "FAULTPLANE_APPROVER_PASSPHRASE": "not the passphrase!"},
-        "report",
-        "exercise",
-        "-o",
-        str(tmp_path / "r3"),
-        "--since",
+        tmp_path / "r3",
         signed["since"],
-        "--key",
-        str(signed["key"]),
+        signed["key"],
     )
     assert wrong.returncode == 2 and "wrong passphrase" in wrong.stderr
     nowhere = _fp(env, "report", "verify", str(tmp_path / "nothing"))

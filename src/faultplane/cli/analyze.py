@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, Group, JsonOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, Group, JsonOpt, StoreOpt, chosen
 from faultplane.cli.term import Console, Table, timestamp
 
 app = typer.Typer(
@@ -26,13 +26,6 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="DuckDB file or clickhouse://user:pass@host:8123/db (default: $FAULTPLANE_STORE or the XDG data dir)",
-    ),
-]
 ExperimentOpt = Annotated[
     str | None, typer.Option("--experiment", "-e", help="one experiment (title or family)")
 ]

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import typer
 
 from faultplane.cli.gameday import emit
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, StoreOpt, chosen
 from faultplane.cli.term import Console, Table
 
 app = typer.Typer(
@@ -59,13 +59,7 @@ def report(
     as_json: JsonOpt = False,
     framework: Annotated[list[str] | None, typer.Option("--framework", help="limit the scope")] = None,
     rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
-        ),
-    ] = None,
+    store: StoreOpt = None,
 ) -> None:
     """Coverage from the evidence store: requirements with evidence, gaps, testing frequency, RTO met."""
     from faultplane.cli.stores import open_cli_store
@@ -102,9 +96,7 @@ def periodic(
     period: Annotated[str, typer.Option("--period", help="the reporting period: 30d, 4w, 12h")] = "30d",
     framework: Annotated[list[str] | None, typer.Option("--framework", help="limit the scope")] = None,
     rto: Annotated[float | None, typer.Option("--rto", help="recovery time objective in seconds")] = None,
-    store: Annotated[
-        str | None, typer.Option("--store", help="store path or URL (default: $FAULTPLANE_STORE)")
-    ] = None,
+    store: StoreOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the change as JSON")] = False,
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="report as of this UTC date or time (ISO 8601; default now)")

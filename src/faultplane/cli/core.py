@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, StoreOpt, chosen
 from faultplane.cli.progress import JsonlEvents, RunProgress, print_summary
-from faultplane.cli.term import Console, Table, timestamp
+from faultplane.cli.term import Console, Table, print_issues, timestamp
 
 # Engine, store and formats are imported inside the commands that use them: `faultplane --help` and the
 # commands that need none of them must not pay for pydantic, DuckDB and anyio at start-up.
@@ -25,14 +25,6 @@ if TYPE_CHECKING:
 console = Console()
 err_console = Console(stderr=True)
 
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir "
-        "(default: $FAULTPLANE_STORE or the XDG data dir)",
-    ),
-]
 VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value; overrides configuration")]
 VarFileOpt = Annotated[
     list[Path] | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables (repeatable)")
@@ -186,15 +178,7 @@ def _global_controls(settings: Path | None, control_files: list[Path] | None) ->
 
 
 def _print_issues(exc: ExperimentError) -> None:
-    line = exc.one_line("invalid experiment")
-    if line is not None:
-        from rich.markup import escape
-
-        err_console.print(f"[bold red]{escape(line)}[/]", highlight=False)
-        return
-    err_console.print(f"[bold red]invalid experiment[/] — {len(exc.issues)} problem(s):")
-    for issue in exc.issues:
-        err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")
+    print_issues(exc, "invalid experiment")
 
 
 def _print_warnings(warnings: list[Any]) -> None:
@@ -386,6 +370,17 @@ experiments_app = typer.Typer(
 )
 
 
+def _stored_journal(run_id: str, store: str | None) -> dict[str, Any]:
+    """The journal of `run_id` (a unique prefix will do), or exit 2 with why none is found."""
+    from faultplane.services.runs import load_journal
+
+    try:
+        return load_journal(run_id, _use_store(store))
+    except LookupError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+
+
 @journal_app.command("show")
 def journal_show(
     run_id: str,
@@ -397,14 +392,8 @@ def journal_show(
     fmt = chosen(fmt, as_json)
     from faultplane.core.formats import dumps
     from faultplane.services.experiments import compact_journal
-    from faultplane.services.runs import load_journal
 
-    st = _use_store(store)
-    try:
-        j = load_journal(run_id, st)
-    except LookupError as exc:
-        err_console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+    j = _stored_journal(run_id, store)
     if fmt != "table":
         print(dumps(j, fmt))
         return
@@ -436,13 +425,8 @@ def journal_export(
     import json as _json
 
     from faultplane.services.ctk import to_ctk_journal
-    from faultplane.services.runs import load_journal
 
-    try:
-        j = load_journal(run_id, _use_store(store))
-    except LookupError as exc:
-        err_console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+    j = _stored_journal(run_id, store)
     data = to_ctk_journal(j) if fmt == JournalFormat.ctk else j
     text = _json.dumps(data, indent=2, ensure_ascii=False, default=str)
     if out is None:

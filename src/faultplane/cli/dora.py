@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from faultplane.cli.options import StoreOpt
 from faultplane.cli.term import Console, Table
 
 app = typer.Typer(
@@ -19,9 +20,6 @@ app.add_typer(record_app, name="record")
 console = Console()
 err_console = Console(stderr=True)
 
-StoreOpt = Annotated[
-    str | None, typer.Option("--store", help="store path or URL (default: $FAULTPLANE_STORE)")
-]
 ServiceOpt = Annotated[
     str | None, typer.Option("--service", help="the service, when the export does not say")
 ]

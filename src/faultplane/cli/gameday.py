@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, chosen
-from faultplane.cli.term import Console, Table, timestamp
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, StoreOpt, chosen
+from faultplane.cli.term import Console, Table, print_issues, timestamp
 from faultplane.core.errors import ExperimentError
 
 app = typer.Typer(
@@ -24,13 +24,6 @@ err_console = Console(stderr=True)
 
 VarOpt = Annotated[list[str] | None, typer.Option("--var", help="name=value for every experiment")]
 VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml/.env file of variables")]
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
-    ),
-]
 OutputOpt = Annotated[Literal["text", "json", "toon"], FormatOpt]
 
 
@@ -42,18 +35,6 @@ def variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
         k, v = parse_var(item)
         values[k] = v
     return values
-
-
-def print_issues(exc: ExperimentError, what: str = "invalid input") -> None:
-    line = exc.one_line(what)
-    if line is not None:
-        from rich.markup import escape
-
-        err_console.print(f"[bold red]{escape(line)}[/]", highlight=False)
-        return
-    err_console.print(f"[bold red]{what}[/] — {len(exc.issues)} problem(s):")
-    for issue in exc.issues:
-        err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")
 
 
 def emit(data: Any, output: str) -> bool:

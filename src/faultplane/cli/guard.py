@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, StoreOpt, chosen
 
 app = typer.Typer(
     help="Guardrails: check an experiment against the policy, approve it, and gate a coding agent's tool calls.",
@@ -22,13 +22,6 @@ VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml
 PolicyOpt = Annotated[
     Path | None,
     typer.Option("--policy", help="policy file (default: faultplane.policy.yaml, $FAULTPLANE_POLICY)"),
-]
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
-    ),
 ]
 TextOrJson = Annotated[Literal["text", "json"], FormatOpt]
 

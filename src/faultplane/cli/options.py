@@ -2,7 +2,8 @@
 
 - `-o/--output PATH`: a file or folder the command writes;
 - `-f/--format NAME`: the format of what it prints (or writes, when the file's suffix does not say);
-- `--json`: JSON for programs, the same as `--format json`, on every command a program may read.
+- `--json`: JSON for programs, the same as `--format json`, on every command a program may read;
+- `--store TARGET`: the evidence store a command reads or writes.
 
 The spellings commands used before are rewritten by `faultplane.cli.legacy`, with a notice on stderr.
 """
@@ -20,6 +21,14 @@ from typer.core import TyperCommand, TyperGroup
 FormatOpt = typer.Option("--format", "-f", help="what to print")
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for programs (= --format json)")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress, only the result")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir "
+        "(default: $FAULTPLANE_STORE or the XDG data dir)",
+    ),
+]
 
 
 F = TypeVar("F", bound=str)

@@ -30,6 +30,13 @@ app.add_typer(proxy_app, name="proxy")
 PlanOpt = typer.Option(
     None, "--plan", "-p", help="fault plan file (.yaml, .json or .toon); none = pass-through"
 )
+# the options both proxies take
+StrictOpt = typer.Option(False, "--strict", help="fail closed if the proxy's own logic fails")
+SessionOpt = typer.Option(
+    None, "--session", help="session id to record under (default: a new one; a repeated id appends)"
+)
+NoRecordOpt = typer.Option(False, "--no-record", help="do not write to the store")
+PlaneStoreOpt = typer.Option(None, "--store", help=_STORE_HELP)
 
 
 def _pct(v: float | None, digits: int = 1) -> str:
@@ -220,7 +227,7 @@ def validate(plan: Path = typer.Argument(..., help="fault plan file")) -> None:
 @app.command(cls=Command)
 def report(
     session: str | None = typer.Option(None, "--session", "-s", help="proxy session id (default: latest)"),
-    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
+    store: str | None = PlaneStoreOpt,
     list_sessions_: bool = typer.Option(False, "--list", help="list recorded proxy sessions"),
     fmt: Literal["text", "json", "toon"] = typer.Option(
         "text", "--format", "-f", help="toon: compact, for agents"
@@ -275,12 +282,10 @@ def report(
 def proxy_stdio(
     ctx: typer.Context,
     plan: Path | None = PlanOpt,
-    strict: bool = typer.Option(False, "--strict", help="fail closed if the proxy's own logic fails"),
-    session: str | None = typer.Option(
-        None, "--session", help="session id to record under (default: a new one; a repeated id appends)"
-    ),
-    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
-    no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
+    strict: bool = StrictOpt,
+    session: str | None = SessionOpt,
+    store: str | None = PlaneStoreOpt,
+    no_record: bool = NoRecordOpt,
     max_frame_bytes: int = typer.Option(
         64 * 1024 * 1024, "--max-frame-bytes", min=1, help="largest JSON-RPC line relayed either way"
     ),
@@ -310,12 +315,10 @@ def proxy_http(
     port: int = typer.Option(0, "--port", min=0, max=65535, help="0 picks a free port (printed on stderr)"),
     host: str = typer.Option("127.0.0.1", "--host"),
     path: str = typer.Option("/mcp", "--path", help="the path the proxy serves"),
-    strict: bool = typer.Option(False, "--strict", help="fail closed if the proxy's own logic fails"),
-    session: str | None = typer.Option(
-        None, "--session", help="session id to record under (default: a new one; a repeated id appends)"
-    ),
-    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
-    no_record: bool = typer.Option(False, "--no-record", help="do not write to the store"),
+    strict: bool = StrictOpt,
+    session: str | None = SessionOpt,
+    store: str | None = PlaneStoreOpt,
+    no_record: bool = NoRecordOpt,
     allow_host: list[str] = typer.Option([], "--allow-host", help="extra Host values (host:port or host:*)"),
     allow_origin: list[str] = typer.Option([], "--allow-origin", help="extra allowed Origin values"),
     max_body_bytes: int = typer.Option(

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import typer
 from typer.core import TyperGroup
 
-from faultplane.cli.options import FormatOpt, JsonOpt, chosen
+from faultplane.cli.options import FormatOpt, JsonOpt, StoreOpt, chosen
 from faultplane.cli.term import Console
 
 console = Console()
@@ -18,12 +18,7 @@ err_console = Console(stderr=True)
 
 def report(
     run_id: Annotated[str, typer.Argument(help="the run's id (a unique prefix will do)")],
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store", help="store file or clickhouse:// URL (default: $FAULTPLANE_STORE or the XDG data dir)"
-        ),
-    ] = None,
+    store: StoreOpt = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="HTML file to write (default: report-RUN_ID.html)")
     ] = None,
@@ -69,7 +64,7 @@ def exercise(
     key: Annotated[
         Path | None, typer.Option("--key", help="approver key (default: ~/.config/faultplane)")
     ] = None,
-    store: Annotated[str | None, typer.Option("--store", help="store path or URL")] = None,
+    store: StoreOpt = None,
 ) -> None:
     """A signed post-exercise report of a GameDay or a period: HTML, every cited journal, a manifest with a hash
     chain and an Ed25519 signature (ISO 22301, SOC 2 evidence)."""

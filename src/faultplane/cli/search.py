@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from faultplane.cli.gameday import emit, err_console, print_issues, variables
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, StoreOpt, chosen
 from faultplane.cli.term import Console, Table
 from faultplane.core.errors import ExperimentError
 
@@ -34,13 +34,7 @@ def search(
     policy: Annotated[
         Path | None, typer.Option("--policy", help="policy file (default: the one in force)")
     ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            help="DuckDB file, clickhouse://user:pass@host:8123/db or chdb:///dir (default: $FAULTPLANE_STORE)",
-        ),
-    ] = None,
+    store: StoreOpt = None,
     output: Annotated[Literal["text", "json", "toon"], FormatOpt] = "text",
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,

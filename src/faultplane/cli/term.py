@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from rich.console import Console as RichConsole
     from rich.table import Table as RichTable
 
-__all__ = ["Console", "Table", "real_console", "timestamp"]
+    from faultplane.core.errors import ExperimentError
+
+__all__ = ["Console", "Table", "print_issues", "real_console", "timestamp"]
 
 
 class _LazyConsole:
@@ -110,3 +112,17 @@ def timestamp(value: Any) -> str:
 def real_console(console: RichConsole) -> RichConsole:
     """The rich console behind a stand-in, for rich APIs that take a console (Live, Progress)."""
     return console.real() if isinstance(console, _LazyConsole) else console
+
+
+def print_issues(exc: ExperimentError, what: str = "invalid input") -> None:
+    """The problems of bad input on stderr: one line when there is one, else each with its field and fix."""
+    err_console = Console(stderr=True)
+    line = exc.one_line(what)
+    if line is not None:
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]{escape(line)}[/]", highlight=False)
+        return
+    err_console.print(f"[bold red]{what}[/] — {len(exc.issues)} problem(s):")
+    for issue in exc.issues:
+        err_console.print(f"  [red]✗[/] [bold]{issue.field}[/]: {issue.message}\n      fix: {issue.fix}")

@@ -275,35 +275,29 @@ def _spec_or_none(driver: str, name: str) -> ActivitySpec | None:
     return spec
 
 
+def _unknown(field: str, message: str, given: str, known: list[str]) -> ArgumentError:
+    """An unknown name, with the closest known one as the fix (else the list of known ones)."""
+    import difflib
+
+    close = difflib.get_close_matches(given, known, n=1)
+    return ArgumentError(
+        field, message, f"did you mean {close[0]!r}?" if close else f"one of: {', '.join(known)}"
+    )
+
+
 def check_arguments(driver: str, name: str, arguments: Any) -> list[ArgumentError]:
     """Check a driver activity's name and arguments against its declared parameters, without running it.
 
     Unknown driver or activity, unknown argument names (with the closest declared one), missing required
     arguments and wrong types are all reported at once. A string still holding a ``${...}`` placeholder is
     not type-checked (it is resolved later); phase 0 checks resolved arguments, so nothing escapes."""
-    import difflib
-
     spec = _spec_or_none(driver, name)
     if spec is None:
         drivers = sorted({d for d, _ in _REGISTRY})
         if driver not in drivers:
-            close = difflib.get_close_matches(driver, drivers, n=1)
-            return [
-                ArgumentError(
-                    "driver",
-                    f"unknown driver {driver!r}",
-                    f"did you mean {close[0]!r}?" if close else f"one of: {', '.join(drivers)}",
-                )
-            ]
+            return [_unknown("driver", f"unknown driver {driver!r}", driver, drivers)]
         known = sorted(n for d, n in _REGISTRY if d == driver)
-        close = difflib.get_close_matches(name, known, n=1)
-        return [
-            ArgumentError(
-                "name",
-                f"driver {driver!r} has no activity {name!r}",
-                f"did you mean {close[0]!r}?" if close else f"one of: {', '.join(known)}",
-            )
-        ]
+        return [_unknown("name", f"driver {driver!r} has no activity {name!r}", name, known)]
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):

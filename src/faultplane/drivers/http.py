@@ -59,16 +59,12 @@ def _fault_body(exc: FaultInjected) -> tuple[bytes, str]:
     return json.dumps({"error": msg, "fault": name}).encode(), name
 
 
-def _applies(path: str, prefix: str, exclude: tuple[str, ...]) -> bool:
-    return path.startswith(prefix) and not any(path.startswith(e) for e in exclude)
-
-
-class FaultMiddleware:
-    """ASGI middleware: a fault point named ``point`` in front of every HTTP request under ``path_prefix``."""
+class _PathMiddleware:
+    """What the ASGI and WSGI middlewares share: the wrapped app, its fault point and the paths it guards."""
 
     def __init__(
         self,
-        app: ASGIApp,
+        app: Any,
         point: str,
         *,
         registry: Any = None,
@@ -80,8 +76,17 @@ class FaultMiddleware:
         self.prefix = path_prefix
         self.exclude = tuple(exclude)
 
+    def _applies(self, path: str) -> bool:
+        return path.startswith(self.prefix) and not any(path.startswith(e) for e in self.exclude)
+
+
+class FaultMiddleware(_PathMiddleware):
+    """ASGI middleware: a fault point named ``point`` in front of every HTTP request under ``path_prefix``."""
+
+    app: ASGIApp
+
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Any) -> None:
-        if scope["type"] != "http" or not _applies(scope.get("path", ""), self.prefix, self.exclude):
+        if scope["type"] != "http" or not self._applies(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         try:
@@ -112,25 +117,13 @@ _REASONS = {
 }
 
 
-class FaultWSGIMiddleware:
+class FaultWSGIMiddleware(_PathMiddleware):
     """WSGI middleware: the same fault point for Flask, Django and other WSGI apps."""
 
-    def __init__(
-        self,
-        app: Callable[..., Iterable[bytes]],
-        point: str,
-        *,
-        registry: Any = None,
-        path_prefix: str = "/",
-        exclude: Iterable[str] = (),
-    ) -> None:
-        self.app = app
-        self.point = FaultPoint(point, registry)
-        self.prefix = path_prefix
-        self.exclude = tuple(exclude)
+    app: Callable[..., Iterable[bytes]]
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if _applies(environ.get("PATH_INFO", ""), self.prefix, self.exclude):
+        if self._applies(environ.get("PATH_INFO", "")):
             try:
                 self.point.check()
             except FaultInjected as exc:

@@ -185,14 +185,7 @@ async def kill_process(ctx: ActivityContext, p: KillParams) -> dict[str, Any]:
     Rollback runs restart_command on the host, if given."""
     chosen = await _select(ctx, p)
     if p.restart_command:
-        _lease_or_plain(
-            ctx,
-            p,
-            label=f"ssh {p.host}: {p.restart_command}",
-            revert="run",
-            args={"target": p.conn_args(), "command": p.restart_command},
-            fn=lambda: _run(p, p.restart_command or "true"),
-        )
+        _revert_by_command(ctx, p, p.restart_command)
     pids = [pid for pid, _ in chosen]
     await _run(p, f"kill -s {p.signal} {' '.join(map(str, pids))}", check=False)
     return {"host": p.host, "signal": p.signal, "pids": pids, "commands": [c for _, c in chosen]}
@@ -206,6 +199,18 @@ def _lease_or_plain(
     ctx: ActivityContext, p: SshTarget, *, label: str, revert: str, args: dict[str, Any], fn: Any
 ) -> Any:
     return leased_revert(ctx, label=label, driver="ssh", revert=revert, args=args, fn=fn)
+
+
+def _revert_by_command(ctx: ActivityContext, p: SshTarget, command: str) -> None:
+    """Rollback (or the lease watchdog) runs `command` on the host."""
+    _lease_or_plain(
+        ctx,
+        p,
+        label=f"ssh {p.host}: {command}",
+        revert="run",
+        args={"target": p.conn_args(), "command": command},
+        fn=lambda: _run(p, command),
+    )
 
 
 @action("ssh", "suspend_process", SuspendParams, fault_type="timeout")
@@ -238,14 +243,7 @@ class RunParams(SshTarget):
 async def run(ctx: ActivityContext, p: RunParams) -> dict[str, Any]:
     """Run a remote command (non-zero exit fails the action); rollback runs revert_command, if given."""
     if p.revert_command:
-        _lease_or_plain(
-            ctx,
-            p,
-            label=f"ssh {p.host}: {p.revert_command}",
-            revert="run",
-            args={"target": p.conn_args(), "command": p.revert_command},
-            fn=lambda: _run(p, p.revert_command or "true"),
-        )
+        _revert_by_command(ctx, p, p.revert_command)
     res = await _run(p, p.command)
     return {
         "exit_status": res.exit_status,
