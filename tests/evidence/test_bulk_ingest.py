@@ -127,6 +127,27 @@ def test_bulk_ingest_writes_the_rows_the_python_path_writes(
     assert [c.model_dump() for c in ev.scorecards(python)] == [c.model_dump() for c in ev.scorecards(bulk)]
 
 
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=rich_journal(0), b=rich_journal(1), c=rich_journal(2))
+def test_bulk_ingest_reads_a_file_as_the_json_reader_does(
+    a: dict[str, Any], b: dict[str, Any], c: dict[str, Any], tmp_path: Path
+) -> None:
+    """A byte-order mark, CRLF line ends, blank and whitespace lines, indentation, and a carriage return between
+    two fields of an object (there the fast line reader cuts the journal in two; the batch is written again from the
+    JSON reader): the rows are the Python path's, every journal text whole."""
+    name = uuid.uuid4().hex
+    python, bulk = Store(tmp_path / f"{name}-py.duckdb"), Store(tmp_path / f"{name}-bulk.duckdb")
+    ev.ingest_journals(python, [a, b, c])
+    cut = json.dumps(b).replace(', "status"', ',\r"status"', 1)
+    assert "\r" in cut
+    # the cut journal last: its second half is a line no journal pairs with
+    text = "\ufeff" + json.dumps(a) + "\r\n\r\n   \n\t" + json.dumps(c) + "\n" + cut + "\r\n"
+    (tmp_path / f"{name}.ndjson").write_text(text, encoding="utf-8", newline="")
+    assert ingest_ndjson(bulk, [tmp_path / f"{name}.ndjson"]) == 3
+    for table, cols in TABLES.items():
+        assert _rows(python, table, cols) == _rows(bulk, table, cols), table
+
+
 def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store) -> None:
     bad = tmp_path / "bad.ndjson"
     bad.write_text('{"no_run_id": 1}\n[1, 2]\n', encoding="utf-8")
