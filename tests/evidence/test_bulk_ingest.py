@@ -160,6 +160,22 @@ def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store)
 
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(j=journal(0))
+def test_a_value_the_store_cannot_hold_fails_in_one_line_and_writes_nothing(
+    j: dict[str, Any], tmp_path: Path
+) -> None:
+    store = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text(json.dumps({**j, "start": "not a time"}) + "\n", encoding="utf-8")
+    with pytest.raises(
+        ev.EvidenceError, match=r"^files: .*bad\.ndjson has a value the store cannot hold"
+    ) as err:
+        ingest_ndjson(store, [bad])
+    assert "\n" not in str(err.value)
+    assert store.query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(j=journal(0))
 def test_a_failing_batch_leaves_nothing_of_itself_and_the_batches_before_it_written(
     j: dict[str, Any], tmp_path: Path
 ) -> None:

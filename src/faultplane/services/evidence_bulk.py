@@ -336,9 +336,13 @@ def _ingest_batch(con: Any, paths: list[str], max_object_bytes: int) -> int:
             try:
                 _write_batch(con, paths, max_object_bytes, reader)
                 break
-            except duckdb.Error:
+            except duckdb.Error as exc:
                 if reader == "objects":
-                    raise
+                    # a value the rows cannot hold (a start that is no timestamp...): nothing of the batch written
+                    raise EvidenceError(
+                        f"files: a journal in {paths[0]}{' …' if len(paths) > 1 else ''} has a value the store "
+                        f"cannot hold ({_first_line(exc)}); fix: the journal's fields as the engine writes them"
+                    ) from None
         return int(n)
     finally:
         con.execute("DROP VIEW IF EXISTS _fp_src")
