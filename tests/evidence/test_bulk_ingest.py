@@ -102,10 +102,11 @@ TABLES = {
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(journals=rich_sets())
+@given(journals=rich_sets(), file_batches=st.booleans())
 def test_bulk_ingest_writes_the_rows_the_python_path_writes(
-    journals: list[dict[str, Any]], tmp_path: Path
+    journals: list[dict[str, Any]], file_batches: bool, tmp_path: Path
 ) -> None:
+    """Also with one transaction per file (`batch_bytes=1`): a run in both files keeps the second file's journal."""
     name = uuid.uuid4().hex
     python, bulk = Store(tmp_path / f"{name}-py.duckdb"), Store(tmp_path / f"{name}-bulk.duckdb")
     for j in journals:
@@ -116,10 +117,35 @@ def test_bulk_ingest_writes_the_rows_the_python_path_writes(
     files[1].write_text(
         "".join(json.dumps(j, ensure_ascii=False) + "\n" for j in journals[half:]), encoding="utf-8"
     )
-    assert ingest_ndjson(bulk, files) == len({j["run_id"] for j in journals})
+    if file_batches:
+        written = len({j["run_id"] for j in journals[:half]}) + len({j["run_id"] for j in journals[half:]})
+        assert ingest_ndjson(bulk, files, batch_bytes=1) == written
+    else:
+        assert ingest_ndjson(bulk, files) == len({j["run_id"] for j in journals})
     for table, cols in TABLES.items():
         assert _rows(python, table, cols) == _rows(bulk, table, cols), table
     assert [c.model_dump() for c in ev.scorecards(python)] == [c.model_dump() for c in ev.scorecards(bulk)]
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=rich_journal(0), b=rich_journal(1), c=rich_journal(2))
+def test_bulk_ingest_reads_a_file_as_the_json_reader_does(
+    a: dict[str, Any], b: dict[str, Any], c: dict[str, Any], tmp_path: Path
+) -> None:
+    """A byte-order mark, CRLF line ends, blank and whitespace lines, indentation, and a carriage return between
+    two fields of an object (there the fast line reader cuts the journal in two; the batch is written again from the
+    JSON reader): the rows are the Python path's, every journal text whole."""
+    name = uuid.uuid4().hex
+    python, bulk = Store(tmp_path / f"{name}-py.duckdb"), Store(tmp_path / f"{name}-bulk.duckdb")
+    ev.ingest_journals(python, [a, b, c])
+    cut = json.dumps(b).replace(', "status"', ',\r"status"', 1)
+    assert "\r" in cut
+    # the cut journal last: its second half is a line no journal pairs with
+    text = "\ufeff" + json.dumps(a) + "\r\n\r\n   \n\t" + json.dumps(c) + "\n" + cut + "\r\n"
+    (tmp_path / f"{name}.ndjson").write_text(text, encoding="utf-8", newline="")
+    assert ingest_ndjson(bulk, [tmp_path / f"{name}.ndjson"]) == 3
+    for table, cols in TABLES.items():
+        assert _rows(python, table, cols) == _rows(bulk, table, cols), table
 
 
 def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store) -> None:
@@ -130,6 +156,40 @@ def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store)
     with pytest.raises(ev.EvidenceError, match="does not exist"):
         ingest_ndjson(store, [tmp_path / "nope.ndjson"])
     assert store.query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(j=journal(0))
+def test_a_value_the_store_cannot_hold_fails_in_one_line_and_writes_nothing(
+    j: dict[str, Any], tmp_path: Path
+) -> None:
+    store = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text(json.dumps({**j, "start": "not a time"}) + "\n", encoding="utf-8")
+    with pytest.raises(
+        ev.EvidenceError, match=r"^files: .*bad\.ndjson has a value the store cannot hold"
+    ) as err:
+        ingest_ndjson(store, [bad])
+    assert "\n" not in str(err.value)
+    assert store.query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(j=journal(0))
+def test_a_failing_batch_leaves_nothing_of_itself_and_the_batches_before_it_written(
+    j: dict[str, Any], tmp_path: Path
+) -> None:
+    store = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
+    good, bad = tmp_path / "1-good.ndjson", tmp_path / "2-bad.ndjson"
+    good.write_text(json.dumps(j) + "\n", encoding="utf-8")
+    other = {**j, "run_id": j["run_id"] + "-b"}
+    bad.write_text(json.dumps(other) + "\n" + '{"no_run_id": 1}\n', encoding="utf-8")
+    with pytest.raises(ev.EvidenceError, match="not journals"):
+        ingest_ndjson(store, [good, bad], batch_bytes=1)
+    for table in ("runs", "journals", "run_metrics"):
+        assert [r["run_id"] for r in store.query(f"SELECT run_id FROM {table}")] == [j["run_id"]], table
+    with pytest.raises(ev.EvidenceError, match="batch_bytes"):
+        ingest_ndjson(store, [good], batch_bytes=0)
 
 
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
