@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from faultplane.core.journal_rows import journal_rows
 from faultplane.core.migrations import EVIDENCE_MIGRATIONS
-from faultplane.core.store_clickhouse import journal_rows
 from faultplane.services.evidence_figures import run_metrics_row
 
 # ---- writing -------------------------------------------------------------------------------------------------
