@@ -413,11 +413,15 @@ class ClickHouseStore(JournalStore):
         return bool(rows[0]["n"])
 
     # ---- finished runs: the ClickHouse dialect of core.store_base -------------------------------------------
-    def _replace_run_rows(self, run_id: str, tables: Mapping[str, list[dict[str, Any]]]) -> None:
-        """A newer version of the run's rows: readers with FINAL see only it (ReplacingMergeTree)."""
+    def replace_rows(
+        self, tables: Mapping[str, list[dict[str, Any]]], *, key: str = "run_id", keys: Iterable[Any] = ()
+    ) -> None:
+        """A newer version of the rows: readers with FINAL see only it (ReplacingMergeTree, by each table's
+        sorting key). One version for all tables, inserted in chunks a server takes in one request."""
         version = time.time_ns()
         for table, rows in tables.items():
-            self.insert(table, rows, version=version)
+            for i in range(0, len(rows), 50_000):
+                self.insert(table, rows[i : i + 50_000], version=version)
 
     def _unreachable(self, exc: BaseException) -> bool:
         return isinstance(exc, ClickHouseStoreError)

@@ -110,27 +110,35 @@ def _newest_first(row: dict[str, Any]) -> tuple[bool, int]:
 
 
 def record_run(store_path: Path, j: Any, blast_stage: int | None) -> None:
-    """Add (or replace) one run in its family's index. Called with the store's write lock held."""
-    family = j.family
+    """Add (or replace) one run (a `Journal` or its JSON dict) in its family's index, at the stage its `runs`
+    row has. Called with the store's write lock held."""
+    doc = j.model_dump(mode="json") if hasattr(j, "model_dump") else j
+    family = doc.get("family")
     if not family:
         return
     rows = _read(store_path, family)
     if rows is None:
         return  # not indexed yet: the first reader builds the index from the database, this run included
-    rows = [r for r in rows if r.get("run_id") != j.run_id]
-    if j.status in RECORDED_STATUSES and not j.dry_run:
+    rows = [r for r in rows if r.get("run_id") != doc["run_id"]]
+    if doc.get("status") in RECORDED_STATUSES and not doc.get("dry_run"):
+        states = doc.get("steady_states") or {}
+        start = doc.get("start")
         rows.append(
             _row(
-                j.run_id,
-                j.status,
-                (j.steady_states.get("before") or {}).get("steady_state_met"),
-                (j.steady_states.get("after") or {}).get("steady_state_met"),
+                doc["run_id"],
+                doc["status"],
+                (states.get("before") or {}).get("steady_state_met"),
+                (states.get("after") or {}).get("steady_state_met"),
                 blast_stage,
-                int(j.start.timestamp() * 1_000_000) if j.start else None,
+                _epoch_us(start if isinstance(start, dt.datetime) else _iso(start)),
             )
         )
         rows.sort(key=_newest_first)
     _write(store_path, family, rows)
+
+
+def _iso(value: Any) -> dt.datetime | None:
+    return None if value is None else dt.datetime.fromisoformat(str(value))
 
 
 def family_runs(

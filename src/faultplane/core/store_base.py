@@ -9,7 +9,7 @@ The base decides how a finished run reaches the store, once for both engines:
 - `write_journal` writes the rows `core.journal_rows` derives: the run's own rows replace its earlier ones in
   one step, then its exposure rows, whose failure costs the stage the run would earn, never the run's record.
 
-An engine supplies only its dialect: `_replace_run_rows` (a transaction on DuckDB, a newer row version on
+An engine supplies only its dialect: `replace_rows` (a transaction on DuckDB, a newer row version on
 ClickHouse), `writing` (what is held while a run is written), `_recorded` (what else learns of a written run)
 and `_unreachable` (which errors mean the store, not the journal, failed).
 """
@@ -67,6 +67,10 @@ class EvidenceStore(Protocol):
 
     def batch(self) -> AbstractContextManager[None]: ...
 
+    def replace_rows(
+        self, tables: Mapping[str, list[dict[str, Any]]], *, key: str = "run_id", keys: Iterable[Any] = ()
+    ) -> None: ...
+
     def writing(self) -> AbstractContextManager[Any]: ...
 
     def write_journal(
@@ -94,12 +98,15 @@ class JournalStore:
         """Held while a run's rows are written: no other writer of this store interleaves."""
         return contextlib.nullcontext()
 
-    def _replace_run_rows(self, run_id: str, tables: Mapping[str, list[dict[str, Any]]]) -> None:
-        """Write these tables' rows of one run, replacing the run's earlier rows in them, as one step."""
+    def replace_rows(
+        self, tables: Mapping[str, list[dict[str, Any]]], *, key: str = "run_id", keys: Iterable[Any] = ()
+    ) -> None:
+        """Write the tables' rows replacing earlier rows of the same `key` values (those of the rows, and
+        `keys`: a run whose new rows in a table are none still loses its old ones there), as one step."""
         raise NotImplementedError
 
-    def _recorded(self, j: Any, blast_stage: int | None) -> None:
-        """A run's rows were written (inside `writing()`)."""
+    def _recorded(self, doc: dict[str, Any], blast_stage: int | None) -> None:
+        """A run's rows were written (inside `writing()`): its journal as a JSON dict, the stage its row has."""
 
     def _unreachable(self, exc: BaseException) -> bool:
         """True when `exc` means the store failed (keep the queue), not the journal (set it aside)."""
@@ -120,12 +127,12 @@ class JournalStore:
         tables = run_tables(doc, body=body, journal_path=journal_path, blast_stage=blast_stage)
         run_id = doc["run_id"]
         with self.writing():
-            self._replace_run_rows(run_id, tables)
+            self.replace_rows(tables, keys=[run_id])
             try:
-                self._replace_run_rows(run_id, {"exposures": exposure_table(doc, blast_stage)})
+                self.replace_rows({"exposures": exposure_table(doc, blast_stage)}, keys=[run_id])
             except Exception as exc:
                 _log.warning("run %s: exposure rows not written (%s): its stage is not earned", run_id, exc)
-            self._recorded(j, blast_stage)
+            self._recorded(doc, tables["runs"][0]["blast_stage"])
 
     def persist_journal(
         self, j: Any, body: str | None = None, journal_path: str | None = None, blast_stage: int | None = None
