@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -43,7 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["Store", "StoreBusyError", "StoreError", "default_store_path", "open_store"]
 
 _LOCK_WAIT_S = 30.0
-_ARROW_FROM_ROWS = 2_000  # a table's rows in one write from which an Arrow insert pays for importing pyarrow
+# a table's rows in one write from which an Arrow insert pays for importing pyarrow (once it is imported, more
+# than a few rows go that way)
+_ARROW_FROM_ROWS = 2_000
 _log = logging.getLogger("faultplane.store")
 
 
@@ -318,10 +321,19 @@ class Store(JournalStore):
             try:
                 for table, rows in tables.items():
                     ids = sorted({*keys, *(r[key] for r in rows)})
-                    if ids:
+                    # one run's: a plain comparison (the IN subquery cost ~4x as much for a single key)
+                    if len(ids) == 1:
+                        con.execute(f"DELETE FROM {table} WHERE {key} = ?", ids)
+                    elif ids:
                         con.execute(f"DELETE FROM {table} WHERE {key} IN (SELECT unnest(?))", [ids])
-                    if len(rows) >= _ARROW_FROM_ROWS:
+                    if len(rows) >= _ARROW_FROM_ROWS or (len(rows) > 50 and "pyarrow" in sys.modules):
                         self._insert_arrow(con, table, rows)
+                    elif len(rows) == 1:
+                        cols = list(rows[0])
+                        con.execute(
+                            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                            list(rows[0].values()),
+                        )
                     elif rows:
                         self._insert_lists(con, table, rows)
             except BaseException:
@@ -361,7 +373,10 @@ class Store(JournalStore):
             cols = ", ".join(arrays)
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _fp_new")
         finally:
-            con.unregister("_fp_new")
+            with contextlib.suppress(
+                Exception
+            ):  # an aborted transaction refuses it; the error is the insert's
+                con.unregister("_fp_new")
 
     _type_cache: dict[
         tuple[str, str], dict[str, str]

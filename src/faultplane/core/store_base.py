@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 __all__ = ["STORE_URL_SCHEMES", "EvidenceStore", "JournalStore", "is_clickhouse_url", "redact_url"]
 
@@ -46,7 +46,6 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 
-@runtime_checkable
 class EvidenceStore(Protocol):
     """What services may ask of any store: SQL in the store's dialect (`dialect` names it) and finished runs."""
 
