@@ -51,6 +51,7 @@ class EvidenceStore(Protocol):
 
     dialect: str
     pending_dir: Path
+    path: Any  # a file path (DuckDB), a URL without credentials (ClickHouse)
 
     def query(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *, read_only: bool = False
@@ -148,10 +149,11 @@ class JournalStore:
         marker = self.pending_dir / f"{run_id}.json"
         tmp = self.pending_dir / f"{run_id}.tmp"
         # absolute: the process that writes the rows may run from another directory
-        spec = {"journal": os.path.abspath(journal_path), "blast_stage": blast_stage, "store": str(self.path)}
+        journal = os.path.abspath(journal_path)
+        spec = {"journal": journal, "blast_stage": blast_stage, "store": str(self.path)}
         tmp.write_text(json.dumps(spec), encoding="utf-8")
         tmp.replace(marker)
-        self._queued(run_id, spec["journal"])
+        self._queued(run_id, journal)
 
     def has_pending(self) -> bool:
         try:
