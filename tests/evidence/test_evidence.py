@@ -32,7 +32,9 @@ def test_scorecards_grade_trend_and_anomaly(real_runs: Any) -> None:
     assert svc.trend == "stable"
     assert [a.run_id for a in svc.anomalies] == [real_runs.run_ids[10]]
     anomaly = svc.anomalies[0]
-    assert anomaly.time_to_recover_s >= 0.7 and anomaly.baseline_median_s < 0.2
+    # the service restarts for 0.7 s from inside the revert; the engine stamps the removal after the revert
+    # returns, so a loaded machine measures somewhat less (0.696 s seen): a margin, not the exact figure
+    assert anomaly.time_to_recover_s >= 0.5 and anomaly.baseline_median_s < 0.2
     assert anomaly.history == 10 and "passed, but recovery took" in anomaly.reason
 
     db = cards["db"]  # four deviated runs, then four good ones

@@ -1,9 +1,10 @@
-"""Each experiment family's run history, kept beside the DuckDB store so a policy check needs no database open.
+"""Each experiment family's run history: the one query both store engines answer (`query_family_runs`), and an
+index of it kept beside the DuckDB store so a policy check needs no database open.
 
 The policy reads a family's newest runs before every run (the staged blast radius, the three-greens advice).
 From the database that costs an open, ~20 ms, more than a whole run of quick probes; from this index it
 costs one small file read. The index is written only where the `runs` rows are written
-(`core.store`'s row writer, under the database's write lock, so two processes never interleave); it is
+(`core.store_base`'s row writer, under the database's write lock, so two processes never interleave); it is
 dropped when its database file is created anew and names the file it describes (device and inode); a family
 with no index yet is read from the database once and indexed then.
 
@@ -14,6 +15,7 @@ never rests on a cache.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from faultplane.core.hostile import json_file_or_none
 
 if TYPE_CHECKING:
-    from faultplane.core.store import Store
+    from faultplane.core.store_base import EvidenceStore
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -108,34 +110,42 @@ def _newest_first(row: dict[str, Any]) -> tuple[bool, int]:
 
 
 def record_run(store_path: Path, j: Any, blast_stage: int | None) -> None:
-    """Add (or replace) one run in its family's index. Called with the store's write lock held."""
-    family = j.family
+    """Add (or replace) one run (a `Journal` or its JSON dict) in its family's index, at the stage its `runs`
+    row has. Called with the store's write lock held."""
+    doc = j.model_dump(mode="json") if hasattr(j, "model_dump") else j
+    family = doc.get("family")
     if not family:
         return
     rows = _read(store_path, family)
     if rows is None:
         return  # not indexed yet: the first reader builds the index from the database, this run included
-    rows = [r for r in rows if r.get("run_id") != j.run_id]
-    if j.status in RECORDED_STATUSES and not j.dry_run:
+    rows = [r for r in rows if r.get("run_id") != doc["run_id"]]
+    if doc.get("status") in RECORDED_STATUSES and not doc.get("dry_run"):
+        states = doc.get("steady_states") or {}
+        start = doc.get("start")
         rows.append(
             _row(
-                j.run_id,
-                j.status,
-                (j.steady_states.get("before") or {}).get("steady_state_met"),
-                (j.steady_states.get("after") or {}).get("steady_state_met"),
+                doc["run_id"],
+                doc["status"],
+                (states.get("before") or {}).get("steady_state_met"),
+                (states.get("after") or {}).get("steady_state_met"),
                 blast_stage,
-                int(j.start.timestamp() * 1_000_000) if j.start else None,
+                _epoch_us(start if isinstance(start, dt.datetime) else _iso(start)),
             )
         )
         rows.sort(key=_newest_first)
     _write(store_path, family, rows)
 
 
+def _iso(value: Any) -> dt.datetime | None:
+    return None if value is None else dt.datetime.fromisoformat(str(value))
+
+
 def family_runs(
-    store: Store, family: str, limit: int = HISTORY_LIMIT, *, fresh: bool = False
+    store: EvidenceStore, family: str, limit: int = HISTORY_LIMIT, *, fresh: bool = False
 ) -> list[dict[str, Any]]:
-    """The family's newest runs (newest first): status, steady_state_before/after, blast_stage. From the
-    index, or with `fresh` from the database (refreshing the index)."""
+    """The family's newest runs (newest first) in a DuckDB store: status, steady_state_before/after,
+    blast_stage. From the index, or with `fresh` from the database (refreshing the index)."""
     if store.has_pending():
         store.flush()  # a finished run not written yet (its process was killed after its journal)
     rows = None if fresh else _read(store.path, family)
@@ -143,23 +153,39 @@ def family_runs(
         _write(store.path, family, [])  # no database yet, so no history: a first run does not load DuckDB
         return []
     if rows is None:
-        placeholders = ", ".join("?" for _ in RECORDED_STATUSES)
-        with store.connect() as con:  # the write lock, so no run is recorded between this read and the index
-            found = con.execute(
-                "SELECT run_id, status, steady_state_before, steady_state_after, blast_stage, "
-                "epoch_us(started_at) FROM runs WHERE experiment_family = ? "
-                f"AND status IN ({placeholders}) AND coalesce(dry_run, false) = false "
-                "ORDER BY started_at DESC NULLS LAST LIMIT ?",
-                [family, *RECORDED_STATUSES, HISTORY_LIMIT],
-            ).fetchall()
-            rows = [_row(*r) for r in found]
+        with store.writing():  # the write lock, so no run is recorded between this read and the index
+            found = query_family_runs(store, family, HISTORY_LIMIT)
+            rows = [
+                _row(
+                    r["run_id"],
+                    r["status"],
+                    r["steady_state_before"],
+                    r["steady_state_after"],
+                    r["blast_stage"],
+                    _epoch_us(r["started_at"]),
+                )
+                for r in found
+            ]
             _write(store.path, family, rows)
     return rows[:limit]
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _epoch_us(value: dt.datetime | None) -> int | None:
+    """Microseconds since the epoch, exactly (a float timestamp loses the last digit of some)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return (value - _EPOCH) // dt.timedelta(microseconds=1)
+
+
 def query_family_runs(store: Any, family: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
-    """The family's newest runs straight from the database, in SQL both engines read alike (no boolean
-    literals: ClickHouse before 21.x has none; FINAL on ClickHouse, where a re-written run is a newer row)."""
+    """The family's newest runs straight from the database: the one history query, in SQL both engines read
+    alike (no boolean literals: ClickHouse before 21.x has none; FINAL on ClickHouse, where a re-written run is a
+    newer row). The DuckDB index (`family_runs`) is built from it too."""
     final = " FINAL" if getattr(store, "dialect", "duckdb") == "clickhouse" else ""
     placeholders = ", ".join("?" for _ in RECORDED_STATUSES)
     return store.query(

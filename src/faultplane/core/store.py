@@ -1,4 +1,7 @@
-"""The evidence store: journals, runs, activities, audit events and plane metrics in one DuckDB file.
+"""The evidence store in one DuckDB file (the default): journals, runs, activities, audit events, plane metrics.
+
+What both engines share (the queue, the one journal-row writer) is `core.store_base`; this module is the DuckDB
+dialect of it, and `open_store` picks the engine for a path or URL (ClickHouse: `core.clickhouse_store`).
 
 DuckDB lets only one process hold a database file for writing, and Faultplane runs as several processes at
 once (a CLI run, an MCP server, a plane proxy, a test polling the store). So the store never keeps a connection
@@ -21,9 +24,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
+import re
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultplane.core.clickhouse_wire import StoreError
 from faultplane.core.migrations import CORE_MIGRATIONS as _CORE_MIGRATIONS
+from faultplane.core.store_base import JournalStore, is_clickhouse_url, redact_url
 
 if TYPE_CHECKING:
     import duckdb
@@ -39,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["Store", "StoreBusyError", "StoreError", "default_store_path", "open_store"]
 
 _LOCK_WAIT_S = 30.0
+# a table's rows in one write from which an Arrow insert pays for importing pyarrow (once it is imported, more
+# than a few rows go that way)
+_ARROW_FROM_ROWS = 2_000
 _log = logging.getLogger("faultplane.store")
 
 
@@ -48,7 +56,8 @@ class _Shared:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.con: duckdb.DuckDBPyConnection | None = None
-        self.depth = 0
+        self.depth = 0  # open batch() blocks
+        self.inside = 0  # open connect() blocks (of the thread that holds `lock`)
 
     def close(self) -> None:
         with self.lock:
@@ -97,7 +106,7 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-class Store:
+class Store(JournalStore):
     """A DuckDB-file store. Cheap to construct; each call opens and closes the file unless inside `batch()`."""
 
     dialect = "duckdb"
@@ -139,10 +148,20 @@ class Store:
         """A connection to the file for one operation, retrying while another process writes to it.
 
         Read-write operations reuse the connection of an enclosing `batch()`, else open and close their own.
-        Read-only ones open the file read-only on their own (DuckDB enforces it), after closing a batch's
-        connection, which DuckDB would not let coexist with a read-only open in the same process."""
+        Inside another `connect()` of this thread they get its connection, and the outer block decides when
+        it closes. Read-only ones open the file read-only on their own (DuckDB enforces it), after closing a
+        batch's connection, which DuckDB would not let coexist with a read-only open in the same process."""
         shared = _shared(str(self.path))
         with shared.lock:
+            if shared.inside:
+                # the lock is held by the outer connect() for its whole block: this is the same thread
+                if read_only:
+                    raise StoreError(
+                        f"store {self.path}: a read-only connection cannot open inside a read-write one; "
+                        "fix: run the read-only query after the block"
+                    )
+                yield shared.con  # type: ignore[misc]
+                return
             if read_only:
                 if not self._ready() or self.has_pending():
                     with self.connect():  # schema and queued journals first: a read-only open can do neither
@@ -157,16 +176,19 @@ class Store:
             if shared.con is None:
                 shared.con = self._open(read_only=False)
             con = shared.con
+            shared.inside += 1
             try:
                 if not self._ready():
                     self._migrate(con, "core", _CORE_MIGRATIONS)
                 if self.has_pending():
-                    self._write_queued(con)
+                    self._write_pending()
                 yield con
             except BaseException:
                 # a failed operation may leave a transaction open: never hand that connection on
                 shared.close()
                 raise
+            finally:
+                shared.inside -= 1
             if shared.depth == 0:
                 shared.close()
 
@@ -292,65 +314,113 @@ class Store:
                 con.execute("COMMIT")
             self._migrated.add(key)
 
-    # ---- finished runs ------------------------------------------------------------------------------------
-    def write_journal(self, j: Any, body: str, journal_path: str, blast_stage: int | None = None) -> None:
-        """Index a finished run's journal now."""
-        with self.connect() as con:
-            _write_journal_rows(con, self.path, j, body, journal_path, blast_stage)
+    # ---- finished runs: the DuckDB dialect of core.store_base -----------------------------------------------
+    def writing(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """One connection, and this process's lock on the file, for a whole run's rows and its history index."""
+        return self.connect()
 
-    # ---- finished runs, queued -----------------------------------------------------------------------------
-    def queue_journal(
-        self, journal_path: str | os.PathLike[str], run_id: str, blast_stage: int | None
+    def replace_rows(
+        self, tables: Mapping[str, list[dict[str, Any]]], *, key: str = "run_id", keys: Iterable[Any] = ()
     ) -> None:
-        """Index a finished run's journal file soon, without waiting for the database (see the module doc)."""
-        self.pending_dir.mkdir(exist_ok=True)
-        marker = self.pending_dir / f"{run_id}.json"
-        tmp = self.pending_dir / f"{run_id}.tmp"
-        # absolute: the process that writes the rows may run from another directory
-        spec = {"journal": os.path.abspath(journal_path), "blast_stage": blast_stage}
-        tmp.write_text(json.dumps(spec), encoding="utf-8")
-        tmp.replace(marker)
-        _QUEUED_IN.add(self.path)
+        """Write rows replacing the earlier rows of the same `key` values (those of the rows, and `keys`), all
+        tables in one transaction. A run's few rows go in as parallel lists (row-by-row executemany costs
+        DuckDB ~0.5 ms a row); a bulk ingest's many as an Arrow table, ~3x faster at 100k rows but worth its
+        import (~0.5 s) only there."""
+        keys = list(keys)
+        with self.connect() as con:
+            con.execute("BEGIN")
+            try:
+                for table, rows in tables.items():
+                    ids = sorted({*keys, *(r[key] for r in rows)})
+                    # one run's: a plain comparison (the IN subquery cost ~4x as much for a single key)
+                    if len(ids) == 1:
+                        con.execute(f"DELETE FROM {table} WHERE {key} = ?", ids)
+                    elif ids:
+                        con.execute(f"DELETE FROM {table} WHERE {key} IN (SELECT unnest(?))", [ids])
+                    if len(rows) >= _ARROW_FROM_ROWS or (len(rows) > 50 and "pyarrow" in sys.modules):
+                        self._insert_arrow(con, table, rows)
+                    elif len(rows) == 1:
+                        cols = list(rows[0])
+                        con.execute(
+                            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                            list(rows[0].values()),
+                        )
+                    elif rows:
+                        self._insert_lists(con, table, rows)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
 
-    def has_pending(self) -> bool:
+    def _insert_lists(self, con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+        cols = list(rows[0])
+        types = self._column_types(con, table, cols)
+        # unnest() of several lists in one SELECT zips them into rows
+        unnest = ", ".join(f"unnest(?::{types[c]}[])" for c in cols)
+        con.execute(
+            f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM (SELECT {unnest})",
+            [[r.get(c) for r in rows] for c in cols],
+        )
+
+    @staticmethod
+    def _insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+        import datetime as dt
+
+        import pyarrow as pa
+
+        arrays = {}
+        for c in rows[0]:
+            values = [r.get(c) for r in rows]
+            # the column's type from its first non-null value: rows of one table are uniform
+            sample = next((v for v in values if v is not None), None)
+            if isinstance(sample, dt.datetime):
+                arrays[c] = pa.array(values, type=pa.timestamp("us", tz="UTC"))
+            elif isinstance(sample, list):
+                arrays[c] = pa.array(values, type=pa.list_(pa.string()))
+            else:
+                arrays[c] = pa.array(values)
+        con.register("_fp_new", pa.table(arrays))
         try:
-            with os.scandir(self.pending_dir) as it:
-                return any(e.name.endswith(".json") for e in it)
-        except FileNotFoundError:
-            return False
+            cols = ", ".join(arrays)
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _fp_new")
+        finally:
+            with contextlib.suppress(
+                Exception
+            ):  # an aborted transaction refuses it; the error is the insert's
+                con.unregister("_fp_new")
+
+    _type_cache: dict[
+        tuple[str, str], dict[str, str]
+    ] = {}  # (file, table) -> column -> type, in this process
+
+    def _column_types(
+        self, con: duckdb.DuckDBPyConnection, table: str, cols: Sequence[str]
+    ) -> dict[str, str]:
+        key = (str(self.path), table)
+        types = self._type_cache.get(key)
+        if types is None or any(c not in types for c in cols):
+            found = con.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() "
+                "WHERE database_name = current_database() AND schema_name = 'main' AND table_name = ?",
+                [table],
+            ).fetchall()
+            types = self._type_cache[key] = dict(found)
+        return types
+
+    def _recorded(self, doc: dict[str, Any], blast_stage: int | None) -> None:
+        # the family's history index, under the same lock as the rows it mirrors
+        from faultplane.core.history import record_run
+
+        record_run(self.path, doc, blast_stage)
+
+    def _queued(self, run_id: str, journal_path: str) -> None:
+        _QUEUED_IN.add(self.path)  # written at exit, or by the next store operation in any process
 
     def flush(self) -> None:
         """Write every queued journal now (a no-op when nothing is queued)."""
         if self.has_pending():
             with self.connect():
                 pass
-
-    def _write_queued(self, con: duckdb.DuckDBPyConnection) -> None:
-        from faultplane.core.model import Journal
-
-        for marker in sorted(self.pending_dir.glob("*.json")):
-            try:
-                spec = json.loads(marker.read_text(encoding="utf-8"))
-                body = Path(spec["journal"]).read_text(encoding="utf-8")
-            except FileNotFoundError:  # another process wrote it, or the journal file was deleted
-                marker.unlink(missing_ok=True)
-                continue
-            try:
-                journal = Journal.model_validate_json(body)
-                _write_journal_rows(con, self.path, journal, body, spec["journal"], spec.get("blast_stage"))
-            except Exception as exc:
-                # A journal that cannot be indexed must not make every later store operation fail: set it
-                # aside where a person sees it (the journal file itself is untouched) and carry on.
-                marker.replace(marker.with_suffix(".rejected"))
-                _log.warning(
-                    "store %s: could not index %s (%s); marker kept as %s",
-                    self.path,
-                    spec.get("journal"),
-                    exc,
-                    marker.with_suffix(".rejected").name,
-                )
-                continue
-            marker.unlink(missing_ok=True)
 
 
 # the stores this process queued journals for: their queues are written when the process exits
@@ -403,129 +473,22 @@ def write_queues(paths: Iterable[str | os.PathLike[str]]) -> None:
             Store(path).flush()
 
 
-def _write_journal_rows(
-    con: duckdb.DuckDBPyConnection,
-    store_path: Path,
-    j: Any,
-    body: str,
-    journal_path: str,
-    blast_stage: int | None = None,
-) -> None:
-    """The `runs`, `activities` and `journals` rows of one journal (replacing any earlier ones), in one
-    transaction, then the family's history index (under the same database lock)."""
-    from faultplane.core.history import record_run
-    from faultplane.core.model import ActivityRun
-
-    rows = []
-    for section, runs in (("method", j.run), ("rollbacks", j.rollbacks)):
-        for r in runs:
-            rows.append((section, r))
-    for key in ("before", "after"):
-        state = j.steady_states.get(key) or {}
-        for p in state.get("probes", []):
-            rows.append((f"hypothesis_{key}", ActivityRun.model_validate(p)))
-    con.execute("BEGIN")
-    try:
-        _write_rows(con, j, rows, body, journal_path, blast_stage)
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")
-    _write_exposures(con, j, blast_stage)
-    record_run(store_path, j, blast_stage)
-
-
-def _write_exposures(con: duckdb.DuckDBPyConnection, j: Any, blast_stage: int | None) -> None:
-    """The run's exposure rows (core.exposure), after its own rows are safe: bookkeeping that fails costs
-    the stage this run would have earned, never the run's record."""
-    from faultplane.core.exposure import exposure_rows
-
-    try:
-        rows = exposure_rows(j, blast_stage)
-        con.execute("DELETE FROM exposures WHERE run_id = ?", [j.run_id])
-        if rows:
-            con.executemany(
-                "INSERT INTO exposures (run_id, seq, target, fault_kind, stage, green, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [[r[k] for k in _EXPOSURE_COLUMNS] for r in rows],
-            )
-    except Exception as exc:
-        _log.warning("run %s: exposure rows not written (%s): its stage is not earned", j.run_id, exc)
-
-
-_EXPOSURE_COLUMNS = ("run_id", "seq", "target", "fault_kind", "stage", "green", "started_at")
-
-
-def _write_rows(
-    con: duckdb.DuckDBPyConnection,
-    j: Any,
-    rows: list[Any],
-    body: str,
-    journal_path: str,
-    blast_stage: int | None,
-) -> None:
-    from datetime import UTC, datetime
-
-    before = (j.steady_states.get("before") or {}).get("steady_state_met")
-    after = (j.steady_states.get("after") or {}).get("steady_state_met")
-    con.execute("DELETE FROM runs WHERE run_id = ?", [j.run_id])
-    con.execute(
-        "INSERT INTO runs (run_id, experiment_title, experiment_family, content_hash, status, dry_run, "
-        "steady_state_before, steady_state_after, started_at, ended_at, duration_s, error, seed, "
-        "controller_pid, journal_path, tags, blast_stage, verdict) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        [
-            j.run_id,
-            j.experiment.get("title"),
-            j.family,
-            j.content_hash,
-            j.status,
-            j.dry_run,
-            before,
-            after,
-            j.start,
-            j.end,
-            j.duration,
-            j.error,
-            j.seed,
-            j.controller_pid,
-            journal_path,
-            list(j.experiment.get("tags") or []),
-            blast_stage,
-            j.verdict,
-        ],
-    )
-    con.execute("DELETE FROM activities WHERE run_id = ?", [j.run_id])
-    if rows:
-        # one columnar insert of parallel lists: row-by-row executemany costs DuckDB ~0.5 ms a row, and
-        # an Arrow table would cost a pyarrow import (~0.5 s) on every run
-        columns = [
-            [j.run_id] * len(rows),
-            list(range(len(rows))),
-            [section for section, _ in rows],
-            [r.activity.get("name") for _, r in rows],
-            [r.activity.get("type") for _, r in rows],
-            [r.status for _, r in rows],
-            [r.start for _, r in rows],
-            [r.end for _, r in rows],
-            [r.duration for _, r in rows],
-            [json.dumps(r.output, ensure_ascii=False, default=str) for _, r in rows],
-            [r.exception for _, r in rows],
-        ]
-        con.execute(_INSERT_ACTIVITIES, columns)
-    con.execute("INSERT OR REPLACE INTO journals VALUES (?, ?, ?)", [j.run_id, datetime.now(UTC), body])
-
-
-# the column types of `activities`, in order; unnest() of parallel lists zips them into rows
-_ACTIVITY_TYPES = (
-    "VARCHAR INTEGER VARCHAR VARCHAR VARCHAR VARCHAR TIMESTAMPTZ TIMESTAMPTZ DOUBLE VARCHAR VARCHAR"
-)
-_INSERT_ACTIVITIES = "INSERT INTO activities SELECT * FROM (SELECT {})".format(
-    ", ".join(f"unnest(?::{t}[])" for t in _ACTIVITY_TYPES.split())
-)
-
-
 def open_store(path_or_url: str | os.PathLike[str] | None = None) -> Any:
-    """The store at a path (DuckDB) or a `clickhouse://` URL; without an argument `$FAULTPLANE_STORE` decides."""
-    from faultplane.core.store_clickhouse import open_store as _open
+    """A DuckDB `Store` for a path (or the default), a `ClickHouseStore` for a `clickhouse://` or `chdb://` URL.
 
-    return _open(path_or_url)
+    Without an argument, `$FAULTPLANE_STORE` decides, so `FAULTPLANE_STORE=clickhouse://...` routes every surface.
+    Any other `scheme://` is refused with the forms that work (it would otherwise become a file of that name).
+    """
+    target = path_or_url if path_or_url is not None else os.environ.get("FAULTPLANE_STORE") or None
+    if is_clickhouse_url(target):
+        from faultplane.core.clickhouse_store import ClickHouseStore  # not loaded for a DuckDB store
+
+        return ClickHouseStore(os.fspath(target))  # type: ignore[arg-type]
+    if isinstance(target, str) and re.match(r"^[A-Za-z][\w+.-]*://", target):
+        from faultplane.core.clickhouse_wire import ClickHouseStoreError
+
+        raise ClickHouseStoreError(
+            f"store: {redact_url(target)!r} is neither a file nor a store URL; fix: a DuckDB file path, "
+            "clickhouse://user:password@host:8123/database, or chdb:///path/to/dir"
+        )
+    return Store(target)

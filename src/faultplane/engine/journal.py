@@ -211,7 +211,7 @@ class JournalWriter:
 def persist(store: Store, j: Journal, body: str, journal_path: str, blast_stage: int | None = None) -> None:
     """Index a journal in the store now (ClickHouse, and a run recovered at start)."""
     if getattr(store, "dialect", "duckdb") == "clickhouse":
-        store.persist_journal(j, body, journal_path, blast_stage)  # type: ignore[attr-defined]
+        store.persist_journal(j, body, journal_path, blast_stage)
     else:
         store.write_journal(j, body, journal_path, blast_stage)
     _forget_cached_history()

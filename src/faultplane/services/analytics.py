@@ -61,13 +61,13 @@ def _check(sql: Any, limit: Any, maximum: int) -> None:
 
 
 def _default_store() -> Any:
-    from faultplane.core.store_clickhouse import open_store
+    from faultplane.core.store import open_store
 
     return open_store()
 
 
 def _clickhouse(sql: str, store: Any, limit: int, timeout_seconds: float) -> tuple[list[str], list[Any]]:
-    from faultplane.core.store_clickhouse import ClickHouseStoreError
+    from faultplane.core.clickhouse_wire import ClickHouseStoreError
 
     try:
         return store.query_columns(

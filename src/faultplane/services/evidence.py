@@ -15,8 +15,8 @@ This module is the one place callers import from; the work lives in one module p
 
 from __future__ import annotations
 
+from faultplane.core.journal_rows import journal_rows
 from faultplane.core.migrations import EVIDENCE_MIGRATIONS
-from faultplane.core.store_clickhouse import journal_rows
 from faultplane.services.evidence_baselines import (
     MAD_TO_SIGMA,
     Baseline,

@@ -8,13 +8,12 @@ a newer version on ClickHouse (whose readers add FINAL).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from faultplane.core.journal_rows import journal_rows
 from faultplane.core.migrations import EVIDENCE_MIGRATIONS
-from faultplane.core.store_clickhouse import journal_rows
 from faultplane.services.evidence_figures import run_metrics_row
 
 # ---- writing -------------------------------------------------------------------------------------------------
@@ -28,48 +27,12 @@ def _ensure(store: Any) -> None:
     store.ensure_schema("evidence", EVIDENCE_MIGRATIONS)
 
 
-def _arrow_table(rows: list[dict[str, Any]]) -> Any:
-    import pyarrow as pa
-
-    arrays = {}
-    for c in rows[0]:
-        values = [r.get(c) for r in rows]
-        # the column's type from its first non-null value: rows of one table are uniform
-        sample = next((v for v in values if v is not None), None)
-        if isinstance(sample, dt.datetime):
-            arrays[c] = pa.array(values, type=pa.timestamp("us", tz="UTC"))
-        elif isinstance(sample, list):
-            arrays[c] = pa.array(values, type=pa.list_(pa.string()))
-        else:
-            arrays[c] = pa.array(values)
-    return pa.table(arrays)
-
-
-def _replace_rows(store: Any, tables: Mapping[str, list[dict[str, Any]]], key: str = "run_id") -> None:
-    """Write rows, replacing earlier rows of the same runs: one transaction on DuckDB, new versions on ClickHouse."""
-    if _dialect(store) == "clickhouse":
-        import time
-
-        version = time.time_ns()
-        for table, rows in tables.items():
-            for i in range(0, len(rows), 50_000):
-                store.insert(table, rows[i : i + 50_000], version=version)
-        return
-    with store.connect() as con:
-        con.execute("BEGIN")
-        for table, rows in tables.items():
-            if not rows:
-                continue
-            arrow = _arrow_table(rows)
-            ids = _arrow_table([{key: i} for i in sorted({r[key] for r in rows})])
-            con.register("_fp_ids", ids)
-            con.execute(f"DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM _fp_ids)")
-            con.unregister("_fp_ids")
-            con.register("_fp_new", arrow)
-            cols = ", ".join(arrow.column_names)
-            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _fp_new")
-            con.unregister("_fp_new")
-        con.execute("COMMIT")
+def _replace_rows(
+    store: Any, tables: Mapping[str, list[dict[str, Any]]], key: str = "run_id", keys: Iterable[Any] = ()
+) -> None:
+    """Write rows, replacing earlier rows of the same runs (and of `keys`): one transaction on DuckDB, new versions
+    on ClickHouse (the store's own `replace_rows`, which also writes the engine's runs)."""
+    store.replace_rows(tables, key=key, keys=keys)
 
 
 def _as_dict(journal: Any) -> dict[str, Any]:
@@ -115,7 +78,7 @@ def ingest_journals(store: Any, journals: Iterable[Any], batch: int = 5_000) -> 
                 if table in tables:  # bulk-imported journals earn no stage: `exposures` is the engine's own
                     tables[table] += rows
             tables["run_metrics"].append(run_metrics_row(j))
-        _replace_rows(store, tables)
+        _replace_rows(store, tables, keys=[j["run_id"] for j in pending])
 
     for journal in journals:
         pending.append(_as_dict(journal))
