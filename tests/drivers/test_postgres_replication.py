@@ -112,7 +112,10 @@ def _insert(dsn: str) -> str:
 
 def _on_replica(pair: Pair, key: str) -> bool:
     with psycopg.connect(pair.replica, autocommit=True) as c:
-        return c.execute("SELECT count(*) FROM orders WHERE id = %s", [key]).fetchone() == (1,)
+        try:
+            return c.execute("SELECT count(*) FROM orders WHERE id = %s", [key]).fetchone() == (1,)
+        except psycopg.errors.UndefinedTable:
+            return False  # the replica has not replayed the CREATE TABLE yet: not there yet either
 
 
 def _eventually_on_replica(pair: Pair, key: str, timeout: float = 60) -> bool:
