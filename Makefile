@@ -23,8 +23,12 @@ services:
 conformance:
 	bash scripts/install-conformance.sh .cache/conformance >/dev/null
 
+# Two parts: everything on TEST_WORKERS processes (a file stays on one worker, so module fixtures run once),
+# then the `serial` tests alone, so their real-time figures are not measured beside another test's load.
+TEST_WORKERS ?= 2
 test: $(STAMP) services conformance
-	FAULTPLANE_CONFORMANCE_DIR=$(CURDIR)/.cache/conformance $(PY) -m pytest -q --durations=40
+	FAULTPLANE_CONFORMANCE_DIR=$(CURDIR)/.cache/conformance $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=30
+	FAULTPLANE_CONFORMANCE_DIR=$(CURDIR)/.cache/conformance $(PY) -m pytest -q -m serial --durations=15
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'
