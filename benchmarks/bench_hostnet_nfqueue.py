@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 
 import anyio
 import psutil
+from bench_helpers import suite_helpers
 
 from faultplane.drivers.base import ActivityContext, get_activity
 
@@ -68,10 +69,6 @@ print(json.dumps({"bytes": n, "s": dl, "rtts": rtts}))
 """
 
 
-def sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, timeout=10)
-
-
 def measure(ns_a: str, ip_b: str) -> dict:  # type: ignore[type-arg]
     out = subprocess.run(
         ["ip", "netns", "exec", ns_a, sys.executable, "-c", CLIENT, ip_b],
@@ -87,18 +84,12 @@ async def main() -> int:
         print("bench_hostnet_nfqueue: needs root (network namespaces); skipped")
         return 0
     os.environ.setdefault("FAULTPLANE_NO_WATCHDOG", "1")
-    tag = f"{random.randrange(16**6):06x}"
-    a, b, va, vb = f"fpbA-{tag}", f"fpbB-{tag}", f"fqa{tag}", f"fqb{tag}"
-    ip_a, ip_b = "10.214.0.1", "10.214.0.2"
     server = None
     rows = []
+    namespaces = ExitStack()
     try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-        sh("ip", "link", "add", va, "netns", a, "type", "veth", "peer", "name", vb, "netns", b)
-        for ns, dev, ip in ((a, va, ip_a), (b, vb, ip_b)):
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
+        pair = namespaces.enter_context(suite_helpers("netns_helpers").veth_pair("fpb", "fq", "10.214.0"))
+        a, b, vb, ip_b = pair.a, pair.b, pair.veth_b, pair.ip_b
         server = subprocess.Popen(
             ["ip", "netns", "exec", b, sys.executable, "-c", SERVER, ip_b, str(MIB)], stdout=subprocess.PIPE
         )
@@ -134,8 +125,7 @@ async def main() -> int:
         if server is not None:
             server.kill()
             server.wait(5)
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        namespaces.close()
     base = rows[0]["mbs"]
     print(f"{'case':<24}{'MB/s':>9}{'ratio':>8}{'queue pkt/s':>13}{'CPU s/GiB':>11}{'UDP RTT p50':>13}")
     for r in rows:

@@ -8,6 +8,7 @@ import pytest
 from redis_secret import REDIS_PASSWORD
 from tcp import standalone_netproxy
 
+from netns_helpers import veth_pair
 from servers import postgres_server, redis_server, sshd_server  # noqa: F401  (fixtures)
 
 
@@ -131,26 +132,6 @@ threading.Event().wait()
 """
 
 
-class NetnsPair:
-    def __init__(self, a: str, b: str, veth_a: str, veth_b: str, ip_a: str, ip_b: str) -> None:
-        self.a, self.b, self.veth_a, self.veth_b, self.ip_a, self.ip_b = a, b, veth_a, veth_b, ip_a, ip_b
-
-    def client(self, code: str, *args: str, timeout: float = 30) -> dict:  # type: ignore[type-arg]
-        """Run a Python snippet inside namespace A (the client side); it prints one JSON line."""
-        import json
-        import subprocess
-        import sys
-
-        out = subprocess.run(
-            ["ip", "netns", "exec", self.a, sys.executable, "-c", code, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-
 @pytest.fixture(scope="session")
 def netns_pair():  # type: ignore[no-untyped-def]
     """Namespaces A and B joined by veth (10.213.N.1 <-> 10.213.N.2), servers in B: TCP echo on 7000 and 7002,
@@ -162,33 +143,15 @@ def netns_pair():  # type: ignore[no-untyped-def]
 
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("nft") is None:
         pytest.skip("host network faults need root, iproute2 and nftables")
-    tag = f"{random.randrange(16**6):06x}"
-    n = random.randrange(1, 250)
-    a, b, va, vb = f"fpA-{tag}", f"fpB-{tag}", f"fpa{tag}", f"fpb{tag}"
-    ip_a, ip_b = f"10.213.{n}.1", f"10.213.{n}.2"
-
-    def sh(*cmd: str) -> None:
-        subprocess.run(cmd, check=True, capture_output=True, timeout=10)
-
-    server = None
-    try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-        sh("ip", "link", "add", va, "netns", a, "type", "veth", "peer", "name", vb, "netns", b)
-        for ns, dev, ip in ((a, va, ip_a), (b, vb, ip_b)):
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
+    with veth_pair("fp", "fp", f"10.213.{random.randrange(1, 250)}") as pair:
         server = subprocess.Popen(
-            ["ip", "netns", "exec", b, sys.executable, "-c", NETNS_SERVER, ip_b],
+            ["ip", "netns", "exec", pair.b, sys.executable, "-c", NETNS_SERVER, pair.ip_b],
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        yield NetnsPair(a, b, va, vb, ip_a, ip_b)
-    finally:
-        if server is not None:
+        try:
+            assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+            yield pair
+        finally:
             server.kill()
             server.wait(5)
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
