@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from clickhouse_helpers import LAB_POLICY, ClickHouseServer, start_clickhouse, stop_clickhouse
 from evidence_helpers import steady_probe
 
 from clihelp import cli, env
-from conftest import LAB_POLICY, ClickHouseServer, start_clickhouse, stop_clickhouse
 from policy_helpers import use_lab_policy
 
 pytestmark = pytest.mark.clickhouse
@@ -77,7 +77,7 @@ def test_run_and_read_back_on_the_server(
 
 
 def test_unreachable_and_misconfigured_stores_fail_in_one_line(lab: Path, tmp_path: Path) -> None:
-    from conftest import free_port
+    from clickhouse_helpers import free_port
 
     dead = f"clickhouse://default@127.0.0.1:{free_port()}/fp"
     exp = _experiment(lab / "exp.yaml")

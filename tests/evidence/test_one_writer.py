@@ -14,11 +14,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from clickhouse_helpers import chdb_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_same_answers import FAMILIES, journal_sets
 
-from conftest import chdb_store
 from faultplane.core.history import family_runs, query_family_runs
 from faultplane.core.store import Store
 

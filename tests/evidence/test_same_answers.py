@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clickhouse_helpers import chdb_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import chdb_store
 from faultplane.core.history import query_family_runs
 from faultplane.core.store import Store
 from faultplane.services import compliance as co
