@@ -266,14 +266,12 @@ class Store(JournalStore):
             return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
     def insert(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Insert dict rows; the columns are those of the first row."""
+        """Insert dict rows in one statement; the columns are those of the first row."""
         rows = list(rows)
         if not rows:
             return 0
-        cols = list(rows[0])
-        placeholders = ", ".join("?" for _ in cols)
-        sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({placeholders})"
-        self.executemany(sql, [[r.get(c) for c in cols] for r in rows])
+        with self.connect() as con:
+            self._insert_lists(con, table, rows)
         return len(rows)
 
     def ensure_schema(self, owner: str, migrations: Sequence[tuple[str, Sequence[str]]]) -> None:
@@ -352,7 +350,9 @@ class Store(JournalStore):
                 raise
             con.execute("COMMIT")
 
-    def _insert_lists(self, con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    def _insert_lists(
+        self, con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
         cols = list(rows[0])
         types = self._column_types(con, table, cols)
         # unnest() of several lists in one SELECT zips them into rows

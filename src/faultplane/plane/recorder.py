@@ -100,25 +100,6 @@ def _ts(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
 
 
-def _insert(store: Store, table: str, rows: list[dict[str, Any]]) -> None:
-    """Rows in one statement. On DuckDB, each column goes as one list and unnest() zips them into rows:
-    `executemany` binds and commits row by row (0.5-2 ms a row), which cost the proxy's flush thread most of a
-    core at a few hundred calls a second, on a machine where that core also serves the calls."""
-    if not rows:
-        return
-    if getattr(store, "dialect", "") != "duckdb":
-        store.insert(table, rows)
-        return
-    cols = list(rows[0])
-    columns = ", ".join(cols)
-    unnest = ", ".join("unnest(?)" for _ in cols)
-    with store.connect() as con:
-        con.execute(
-            f"INSERT INTO {table} ({columns}) SELECT * FROM (SELECT {unnest})",
-            [[r.get(c) for r in rows] for c in cols],
-        )
-
-
 class Recorder:
     """Buffers fault events and call records for one proxy session; thread-safe appends."""
 
@@ -222,11 +203,11 @@ class Recorder:
                 ],
             )
             self._session_written = True
-        _insert(store, "plane_fault_events", [self._event_row(e) for e in events])
+        store.insert("plane_fault_events", [self._event_row(e) for e in events])
         events.clear()
-        _insert(store, "plane_calls", [self._call_row(c) for c in calls])
+        store.insert("plane_calls", [self._call_row(c) for c in calls])
         calls.clear()
-        _insert(store, "plane_detections", detections)
+        store.insert("plane_detections", detections)
         detections.clear()
         if final:
             store.execute(
