@@ -316,7 +316,7 @@ def resolve(
     dynamic: list[str] = []
     for key, value in raw_config.items():
         if key not in variables and isinstance(value, dict) and value.get("type") == "probe":
-            # chaoslib's dynamic configuration: the probe runs when the run starts (engine/lifecycle.py);
+            # chaoslib's dynamic configuration: the probe runs when the run starts (engine/dynamic_config.py);
             # until then `${key}` stays as written
             dynamic.append(key)
             continue
