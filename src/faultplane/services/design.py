@@ -27,28 +27,20 @@ from pydantic import ValidationError
 
 from faultplane.core.formats import ExperimentError, ValidationIssue, dumps, issues_from_pydantic
 from faultplane.core.store import Store
+from faultplane.services import design_request
 from faultplane.services.design_recipes import Fault, driver_activity, fault_recipes
+
+# The request and result shapes stay importable from here, where callers found them before the split.
+from faultplane.services.design_request import *  # noqa: F403
 from faultplane.services.design_request import (
     DesignedExperiment,
     DesignRequest,
     DesignResult,
-    DesignSLO,
-    ProcessSpec,
-    ProxySpec,
     kind_problems,
 )
 from faultplane.services.design_watch import observation
 
-__all__ = [
-    "DesignRequest",
-    "DesignResult",
-    "DesignSLO",
-    "DesignedExperiment",
-    "ProcessSpec",
-    "ProxySpec",
-    "design_experiments",
-    "write_design",
-]
+__all__ = [*design_request.__all__, "design_experiments", "write_design"]
 
 
 def _experiment(

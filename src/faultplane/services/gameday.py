@@ -24,35 +24,15 @@ import anyio
 
 from faultplane.core.formats import ExperimentError, ValidationIssue, load_document
 from faultplane.core.store import Store, open_store
-from faultplane.services.gameday_model import (
-    Compliance,
-    Entry,
-    GameDay,
-    GameDayAnalysis,
-    GameDayRun,
-    Lane,
-    Slo,
-    Weights,
-    load_gameday,
-)
+from faultplane.services import gameday_model
+
+# The schema's names stay importable from here, where callers found them before gameday_model split off.
+from faultplane.services.gameday_model import *  # noqa: F403
+from faultplane.services.gameday_model import Entry, GameDayAnalysis, GameDayRun, Lane, load_gameday
 from faultplane.services.gameday_score import analyze_gameday, score_components
 from faultplane.services.gameday_store import GAMEDAY_MIGRATIONS, list_gamedays, persist_gameday
 
-__all__ = [
-    "Compliance",
-    "Entry",
-    "GameDay",
-    "GameDayAnalysis",
-    "GameDayRun",
-    "Lane",
-    "Slo",
-    "Weights",
-    "analyze_gameday",
-    "list_gamedays",
-    "load_gameday",
-    "run_gameday",
-    "score_components",
-]
+__all__ = [*gameday_model.__all__, "analyze_gameday", "list_gamedays", "run_gameday", "score_components"]
 
 _MIGRATIONS = GAMEDAY_MIGRATIONS  # the name this module gave the tables before they moved to gameday_store
 

@@ -28,30 +28,21 @@ import anyio
 
 from faultplane.core.formats import ExperimentError, ValidationIssue
 from faultplane.core.store import Store, open_store
+from faultplane.services import search_spec
 from faultplane.services.search_fitness import breaches_bound, describe_objective, fitness, measure
+
+# The spec's names stay importable from here, where callers found them before search_spec split off.
+from faultplane.services.search_spec import *  # noqa: F403
 from faultplane.services.search_spec import (
-    Objective,
     ParamSpec,
     SearchResult,
     SearchSpec,
     TrialResult,
     load_search_spec,
-    with_overrides,
 )
 from faultplane.services.search_store import SEARCH_MIGRATIONS, list_searches, persist_search
 
-__all__ = [
-    "Objective",
-    "ParamSpec",
-    "SearchResult",
-    "SearchSpec",
-    "TrialResult",
-    "list_searches",
-    "load_search_spec",
-    "measure",
-    "run_search",
-    "with_overrides",
-]
+__all__ = [*search_spec.__all__, "list_searches", "measure", "run_search"]
 
 _MIGRATIONS = SEARCH_MIGRATIONS  # the name this module gave the tables before they moved to search_store
 
