@@ -40,7 +40,8 @@ from faultplane.plane import http1
 from faultplane.plane.faults import request_id_key
 from faultplane.plane.http1 import Reply, Request, UpstreamError, UpstreamResponse
 from faultplane.plane.interceptor import ClientAction, Interceptor
-from faultplane.plane.plan import FaultPlan, PlanError, load_plan
+from faultplane.plane.plan import FaultPlan
+from faultplane.plane.proxy_cli import add_session_options, session_keywords, start
 from faultplane.plane.recorder import Recorder
 
 __all__ = ["ProxySettings", "Relay", "main", "serve_http_proxy"]
@@ -475,28 +476,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="faultplane-plane-proxy-http")
     parser.add_argument("--upstream", required=True)
-    parser.add_argument("--plan", type=Path, default=None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--path", default="/mcp")
-    parser.add_argument("--strict", action="store_true")
-    parser.add_argument("--session", default=None)
-    parser.add_argument("--store", default=None)
-    parser.add_argument("--no-record", action="store_true")
+    add_session_options(parser)
     parser.add_argument("--allow-host", action="append", default=[])
     parser.add_argument("--allow-origin", action="append", default=[])
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     args = parser.parse_args(argv)
     return serve(
         upstream=args.upstream,
-        plan_path=args.plan,
         host=args.host,
         port=args.port,
         path=args.path,
-        strict=args.strict,
-        session_id=args.session,
-        store=args.store,
-        record=not args.no_record,
+        **session_keywords(args),
         allowed_hosts=args.allow_host,
         allowed_origins=args.allow_origin,
         max_body_bytes=args.max_body_bytes,
@@ -518,11 +511,8 @@ def serve(
     allowed_origins: list[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> int:
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="faultplane-plane: %(message)s")
-    try:
-        plan = load_plan(plan_path)
-    except PlanError as exc:
-        print(f"faultplane plane proxy: {exc}", file=sys.stderr)
+    plan = start(plan_path)
+    if plan is None:
         return 2
     parts = urlsplit(upstream)
     if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -32,7 +32,8 @@ from faultplane.core.jsonrpc_guard import (
     too_deep,
 )
 from faultplane.plane.interceptor import PASS, Interceptor
-from faultplane.plane.plan import FaultPlan, PlanError, load_plan
+from faultplane.plane.plan import FaultPlan
+from faultplane.plane.proxy_cli import add_session_options, session_keywords, start
 from faultplane.plane.recorder import Recorder
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "main", "run_stdio_proxy"]
@@ -372,24 +373,12 @@ async def _stop(process: anyio.abc.Process) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m faultplane.plane.proxy_stdio [--plan P] [--strict] [--session ID] -- CMD...`"""
     parser = argparse.ArgumentParser(prog="faultplane-plane-proxy-stdio", description=__doc__)
-    parser.add_argument("--plan", type=Path, default=None)
-    parser.add_argument("--strict", action="store_true")
-    parser.add_argument("--session", default=None)
-    parser.add_argument("--store", default=None)
-    parser.add_argument("--no-record", action="store_true")
+    add_session_options(parser)
     parser.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    return serve(
-        command,
-        plan_path=args.plan,
-        strict=args.strict,
-        session_id=args.session,
-        store=args.store,
-        record=not args.no_record,
-        max_frame_bytes=args.max_frame_bytes,
-    )
+    return serve(command, **session_keywords(args), max_frame_bytes=args.max_frame_bytes)
 
 
 def serve(
@@ -402,11 +391,8 @@ def serve(
     record: bool = True,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
 ) -> int:
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="faultplane-plane: %(message)s")
-    try:
-        plan = load_plan(plan_path)
-    except PlanError as exc:
-        print(f"faultplane plane proxy: {exc}", file=sys.stderr)
+    plan = start(plan_path)
+    if plan is None:
         return 2
     try:
         limits = FrameLimits(max_frame_bytes=max_frame_bytes)
