@@ -291,8 +291,13 @@ def run(
         JsonlEvents() if events is not None else RunProgress(quiet or output != "text")
     )
     try:
-        variables = _variables(var, var_file)
         options: dict[str, Any] = {
+            "dry_run": dry_run,
+            "variables": _variables(var, var_file),
+            "store": st,
+            "policy_path": policy,
+            "approval_token": approval,
+            "handle_signals": True,
             "runtime": _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast, dry),
             "ctk_compat": ctk_compat or None,
             "strict_variables": _var_names(var),
@@ -302,30 +307,12 @@ def run(
         async def go() -> Any:
             if progress.quiet:
                 return await run_experiment(
-                    experiment,
-                    dry_run=dry_run,
-                    variables=variables,
-                    store=st,
-                    on_event=progress if events is not None else None,
-                    policy_path=policy,
-                    approval_token=approval,
-                    handle_signals=True,
-                    **options,
+                    experiment, on_event=progress if events is not None else None, **options
                 )
             assert isinstance(progress, RunProgress)  # the JSON-lines stream is quiet: handled above
             with console.status("starting …") as status:
                 progress.status = status
-                return await run_experiment(
-                    experiment,
-                    dry_run=dry_run,
-                    variables=variables,
-                    store=st,
-                    on_event=progress,
-                    policy_path=policy,
-                    approval_token=approval,
-                    handle_signals=True,
-                    **options,
-                )
+                return await run_experiment(experiment, on_event=progress, **options)
 
         result = anyio.run(go)
     except ExperimentError as exc:
