@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, StoreOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, StoreOpt, chosen, variables
 from faultplane.cli.term import Console, Table, print_issues, timestamp
 from faultplane.core.errors import ExperimentError
 
@@ -27,14 +29,19 @@ VarFileOpt = Annotated[Path | None, typer.Option("--var-file", help=".json/.yaml
 OutputOpt = Annotated[Literal["text", "json", "toon"], FormatOpt]
 
 
-def variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
-    from faultplane.core.config import load_var_file, parse_var
-
-    values: dict[str, Any] = load_var_file(var_file) if var_file else {}
-    for item in var or []:
-        k, v = parse_var(item)
-        values[k] = v
-    return values
+@contextlib.contextmanager
+def bad_input_exits(what: str) -> Iterator[None]:
+    """Bad input met inside ends the command with exit 2 and what is wrong, never a traceback: an
+    ExperimentError's issues under `what`, or a ValueError's own message (a variable that does not parse,
+    a broken policy file: the message names it)."""
+    try:
+        yield
+    except ExperimentError as exc:
+        print_issues(exc, what)
+        raise typer.Exit(2) from None
+    except ValueError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
 
 
 def emit(data: Any, output: str) -> bool:
@@ -125,7 +132,7 @@ def run(
 
     import anyio
 
-    try:
+    with bad_input_exits("invalid GameDay"):
         values = variables(var, var_file)
         analysis = anyio.run(
             lambda: run_gameday(
@@ -137,12 +144,6 @@ def run(
                 on_run=progress,
             )
         )
-    except ExperimentError as exc:
-        print_issues(exc, "invalid GameDay")
-        raise typer.Exit(2) from None
-    except ValueError as exc:  # a variable that does not parse, a broken policy file: the message names it
-        err_console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
     if not emit(analysis, output):
         _print_analysis(analysis)
     raise typer.Exit(0 if analysis.passed == analysis.planned else 1)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.options import Command, FormatOpt, JsonOpt, StoreOpt, chosen
+from faultplane.cli.options import Command, FormatOpt, JsonOpt, StoreOpt, chosen, variables
 
 app = typer.Typer(
     help="Guardrails: check an experiment against the policy, approve it, and gate a coding agent's tool calls.",
@@ -24,16 +24,6 @@ PolicyOpt = Annotated[
     typer.Option("--policy", help="policy file (default: faultplane.policy.yaml, $FAULTPLANE_POLICY)"),
 ]
 TextOrJson = Annotated[Literal["text", "json"], FormatOpt]
-
-
-def _variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
-    from faultplane.core.config import load_var_file, parse_var
-
-    values: dict[str, Any] = load_var_file(var_file) if var_file else {}
-    for item in var or []:
-        k, v = parse_var(item)
-        values[k] = v
-    return values
 
 
 def _store(path: str | None) -> Any:
@@ -90,18 +80,18 @@ def approve(
 
     output = chosen(fmt, as_json)
     try:
-        variables = _variables(var, var_file)
+        values = variables(var, var_file)
         st = _store(store)
         granted = approve_experiment(
             experiment,
-            variables=variables,
+            variables=values,
             reason=reason,
             ttl_hours=ttl_hours,
             policy_path=policy,
             store=st,
             key_path=key,
         )
-        decision = check_experiment(experiment, variables=variables, policy_path=policy, store=st)
+        decision = check_experiment(experiment, variables=values, policy_path=policy, store=st)
     except (ApprovalError, ExperimentError, PolicyError, LookupError, ValueError) as exc:
         _fail(f"cannot approve: {exc}")
         return
@@ -139,7 +129,7 @@ def check(
     try:
         decision = check_experiment(
             experiment,
-            variables=_variables(var, var_file),
+            variables=variables(var, var_file),
             policy_path=policy,
             store=_store(store),
             approval_token=approval,

@@ -11,6 +11,7 @@ The spellings commands used before are rewritten by `faultplane.cli.legacy`, wit
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
 
 import typer
@@ -32,6 +33,17 @@ StoreOpt = Annotated[
 
 
 F = TypeVar("F", bound=str)
+
+
+def variables(var: list[str] | None, var_file: Path | None) -> dict[str, Any]:
+    """The variables of `--var-file` (JSON, YAML or .env), then each `--var name=value`, which wins."""
+    from faultplane.core.config import load_var_file, parse_var
+
+    values: dict[str, Any] = load_var_file(var_file) if var_file else {}
+    for item in var or []:
+        k, v = parse_var(item)
+        values[k] = v
+    return values
 
 
 def chosen(fmt: F, as_json: bool) -> F:

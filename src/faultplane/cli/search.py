@@ -7,10 +7,9 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from faultplane.cli.gameday import emit, err_console, print_issues, variables
+from faultplane.cli.gameday import bad_input_exits, emit, variables
 from faultplane.cli.options import Command, FormatOpt, JsonOpt, QuietOpt, StoreOpt, chosen
 from faultplane.cli.term import Console, Table
-from faultplane.core.errors import ExperimentError
 
 console = Console()
 
@@ -59,7 +58,7 @@ def search(
 
     import anyio
 
-    try:
+    with bad_input_exits("invalid search"):
         s = with_overrides(
             load_search_spec(spec),
             budget=budget,
@@ -72,12 +71,6 @@ def search(
                 s, store=open_store(store) if store else None, on_trial=progress, policy_path=policy
             )
         )
-    except ExperimentError as exc:
-        print_issues(exc, "invalid search")
-        raise typer.Exit(2) from None
-    except ValueError as exc:  # a variable that does not parse, a broken policy file: the message names it
-        err_console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
     if not emit(result, output):
         t = Table("trial", "params", "measured", "breached", "fitness", "run", title=result.objective)
         for tr in result.trials:
