@@ -547,8 +547,7 @@ class ApprovalBroker:
         (the engine then says why), else the approval (token) or the question to ask (InputRequiredResult)."""
         from faultplane.core.formats import ExperimentError
         from faultplane.core.policy import PolicyError, load_policy
-        from faultplane.engine.lifecycle import evaluate_document
-        from faultplane.services.prepared import prepare
+        from faultplane.services.prepared import decide, prepare
 
         def check() -> tuple[Any, Any, Any] | None:
             try:
@@ -556,17 +555,7 @@ class ApprovalBroker:
                 pol = load_policy()
             except (ExperimentError, PolicyError, LookupError, ValueError):
                 return None  # the run itself reports it, with the field and the fix
-            decision = evaluate_document(
-                prepared.document,
-                pol,
-                store,
-                None,
-                content_hash=prepared.content_hash,
-                family=prepared.family,
-                secret_values=prepared.secret_values,
-                approval_hash=prepared.approval_hash,
-            )
-            return prepared, pol, decision
+            return prepared, pol, decide(prepared, pol, store, None)
 
         checked = await anyio.to_thread.run_sync(check)
         if checked is None:
