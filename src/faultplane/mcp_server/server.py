@@ -32,7 +32,7 @@ from faultplane.mcp_server.progress import watch
 from faultplane.mcp_server.readcache import MISS, StoreReadCache
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
-from faultplane.services.faults import list_faults, manage_fault, record_refused_call
+from faultplane.services.faults import FaultResult, list_faults, manage_fault, record_refused_call
 
 __all__ = ["ServerConfig", "build_server"]
 
@@ -92,15 +92,9 @@ class ServerConfig:
 # ---- structured outputs -------------------------------------------------------------------------------------
 
 
-class InjectFaultOutput(BaseModel):
-    status: Literal["registered", "injected", "removed", "error"]
-    fault_name: str
-    fault_type: str | None = None
-    probability: float | None = None
-    was_triggered: bool | None = Field(default=None, description="inject only: the roll armed one occurrence")
-    existed: bool | None = Field(default=None, description="remove only: the fault was registered")
-    seed: int | None = Field(default=None, description="inject only: replays this roll")
-    error: str | None = Field(default=None, description="status=error: the field at fault and the fix")
+class InjectFaultOutput(FaultResult):
+    # The service's result, published under the name chaos_inject_fault's output schema has always had.
+    pass
 
 
 class RunExperimentOutput(BaseModel):

@@ -57,12 +57,10 @@ class FaultResult(BaseModel):
     fault_name: str
     fault_type: str | None = Field(default=None, description="the fault's type (None when it is unknown)")
     probability: float | None = None
-    was_triggered: bool | None = Field(
-        default=None, description="inject: whether the roll armed an occurrence"
-    )
-    existed: bool | None = Field(default=None, description="remove: whether the fault was registered")
-    seed: int | None = Field(default=None, description="inject: the seed of the roll (reproduces it)")
-    error: str | None = Field(default=None, description="status=error: what is wrong and how to fix it")
+    was_triggered: bool | None = Field(default=None, description="inject only: the roll armed one occurrence")
+    existed: bool | None = Field(default=None, description="remove only: the fault was registered")
+    seed: int | None = Field(default=None, description="inject only: replays this roll")
+    error: str | None = Field(default=None, description="status=error: the field at fault and the fix")
 
 
 class ActiveFault(BaseModel):
