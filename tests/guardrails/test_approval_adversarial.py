@@ -524,7 +524,7 @@ def test_malformed_tokens_are_one_line_refusals(project: Path, approver: Approve
     ],
 )
 def test_the_hook_refuses_agent_approval_attempts(project: Path, approver: Approver, command: str) -> None:
-    from faultplane.services.guard import judge_tool_call
+    from faultplane.hook.judge import judge_tool_call
 
     write_experiment(project, wide(), "wide.yaml")
     payload = {"hook_event_name": "PreToolUse", "cwd": str(project), "tool_name": "Bash"}
@@ -592,7 +592,7 @@ def test_keygen_stretches_the_passphrase_with_scrypt(project: Path, tmp_path: Pa
 def test_the_hook_leaves_a_missing_approval_to_the_mcp_server_only(project: Path) -> None:
     """Over MCP the server asks a person, so the hook lets through a call whose only problem is a missing
     approval; the same experiment from the shell, or with any other problem, is still refused."""
-    from faultplane.services.guard import judge_tool_call
+    from faultplane.hook.judge import judge_tool_call
 
     write_experiment(project, wide(), "wide.yaml")
     write_experiment(project, base_experiment(blast_radius={"percent": 25}, slo_gates=None), "gateless.yaml")

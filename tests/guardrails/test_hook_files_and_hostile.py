@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from faultplane.hook.judge import judge_tool_call
-from faultplane.services.guard import judge_tool_call as reexported
 
 
 @pytest.fixture
@@ -95,8 +94,14 @@ def test_key_moved_by_environment_is_guarded(project: Path, monkeypatch: pytest.
     assert not judge_tool_call(bash).allow
 
 
-def test_services_guard_reexports_the_hook() -> None:
-    assert reexported is judge_tool_call
+def test_services_guard_does_not_reach_up_to_the_hook() -> None:
+    # The hook asks services, never the reverse: services.guard neither loads the hook nor answers its names.
+    code = (
+        "import sys, faultplane.services.guard as guard\n"
+        "print(hasattr(guard, 'judge_tool_call'), [m for m in sys.modules if m.startswith('faultplane.hook')])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False []"
 
 
 # ---- hostile input ---------------------------------------------------------------------------------------

@@ -26,8 +26,9 @@ from faultplane.core.formats import ExperimentError
 from faultplane.core.policy import load_policy
 from faultplane.core.store import Store
 from faultplane.engine.lifecycle import evaluate_plan, execute, plan
+from faultplane.hook.judge import judge_tool_call
 from faultplane.services.experiments import run_experiment
-from faultplane.services.guard import approve_experiment, check_experiment, judge_tool_call
+from faultplane.services.guard import approve_experiment, check_experiment
 
 pytestmark = pytest.mark.anyio
 runner = CliRunner()

@@ -137,17 +137,3 @@ def approve_experiment(
 def show_policy(policy_path: str | Path | None = None, *, start: str | Path | None = None) -> dict[str, Any]:
     pol = load_policy(policy_path, start=start)
     return {"source": pol.source, **pol.model_dump(mode="json")}
-
-
-# ---- the agent hook ---------------------------------------------------------------------------------------
-# It lives in faultplane.hook, a surface above this layer (and a lean package: the hook runs before every shell
-# command an agent issues). HookVerdict and judge_tool_call stay importable from here for older callers, loaded
-# only when asked for, so this module does not depend on the hook.
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("HookVerdict", "judge_tool_call"):
-        from faultplane.hook import judge
-
-        return getattr(judge, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
