@@ -55,6 +55,11 @@ def fault_recipes(req: DesignRequest) -> tuple[list[Fault], list[Fault]]:
     if req.kind == "http" and req.fault_point:
         fp = req.fault_point
         remove = [driver_activity("action", f"remove-{fp}", "faults", "remove", {"name": fp})]
+
+        def register(fault_type: str, **severity: str) -> dict[str, Any]:
+            # the registration at the fault point; its severity is left to configuration variables
+            return {"name": fp, "fault_type": fault_type, **severity}
+
         out += [
             Fault(
                 "latency-half-slo",
@@ -62,12 +67,7 @@ def fault_recipes(req: DesignRequest) -> tuple[list[Fault], list[Fault]]:
                 "latency",
                 "faults",
                 "register",
-                {
-                    "name": fp,
-                    "fault_type": "latency",
-                    "probability": "${probability}",
-                    "duration_seconds": "${latency_s}",
-                },
+                register("latency", probability="${probability}", duration_seconds="${latency_s}"),
                 {"latency_s": round(lat / 2000, 3), "probability": 1.0},
                 f"every call through {fp} takes {_ms(lat / 2)} ms longer; latency stays under the SLO",
                 remove,
@@ -78,12 +78,7 @@ def fault_recipes(req: DesignRequest) -> tuple[list[Fault], list[Fault]]:
                 "latency",
                 "faults",
                 "register",
-                {
-                    "name": fp,
-                    "fault_type": "latency",
-                    "probability": "${probability}",
-                    "duration_seconds": "${latency_s}",
-                },
+                register("latency", probability="${probability}", duration_seconds="${latency_s}"),
                 {"latency_s": round(lat * 0.8 / 1000, 3), "probability": 0.5},
                 "half the calls come close to the latency bound; the SLO should still hold",
                 remove,
@@ -94,7 +89,7 @@ def fault_recipes(req: DesignRequest) -> tuple[list[Fault], list[Fault]]:
                 "error",
                 "faults",
                 "register",
-                {"name": fp, "fault_type": "error", "probability": "${error_probability}"},
+                register("error", probability="${error_probability}"),
                 {"error_probability": round(err / 2, 6)},
                 "a share of calls fails; retries or fallbacks should keep the error rate within budget",
                 remove,
@@ -105,12 +100,7 @@ def fault_recipes(req: DesignRequest) -> tuple[list[Fault], list[Fault]]:
                 "timeout",
                 "faults",
                 "register",
-                {
-                    "name": fp,
-                    "fault_type": "timeout",
-                    "probability": "${timeout_probability}",
-                    "duration_seconds": "${timeout_s}",
-                },
+                register("timeout", probability="${timeout_probability}", duration_seconds="${timeout_s}"),
                 {"timeout_probability": round(err / 2, 6), "timeout_s": round(lat * 2 / 1000, 3)},
                 "a few calls hang past the latency bound; timeouts should cut them short",
                 remove,
