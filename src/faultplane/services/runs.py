@@ -39,6 +39,14 @@ def get_journal(run_id: str, fmt: Literal["json", "toon"] = "json", store: Store
     return dumps(load_journal(run_id, store), fmt)
 
 
+def _of_experiment(experiment: str | None, joiner: Literal["WHERE", "AND"]) -> tuple[str, list[Any]]:
+    """The SQL condition keeping one experiment's runs (named by title or family) and its parameters; an
+    empty condition when no experiment is named."""
+    if not experiment:
+        return "", []
+    return f" {joiner} (experiment_title = ? OR experiment_family = ?)", [experiment, experiment]
+
+
 def list_runs(
     store: Store | None = None, experiment: str | None = None, limit: int = 50
 ) -> list[dict[str, Any]]:
@@ -60,29 +68,21 @@ def list_runs(
         for j in live_runs()
         if not experiment or experiment in (j.experiment.get("title"), j.family)
     ]
+    where, params = _of_experiment(experiment, "WHERE")
     sql = (
         "SELECT run_id, experiment_title, status, dry_run, steady_state_before, steady_state_after, "
-        "started_at, duration_s, verdict, error FROM runs"
+        f"started_at, duration_s, verdict, error FROM runs{where} ORDER BY started_at DESC LIMIT ?"
     )
-    params: list[Any] = []
-    if experiment:
-        sql += " WHERE experiment_title = ? OR experiment_family = ?"
-        params += [experiment, experiment]
-    sql += " ORDER BY started_at DESC LIMIT ?"
-    params.append(limit)
-    return (live + store.query(sql, params))[:limit]
+    return (live + store.query(sql, [*params, limit]))[:limit]
 
 
 def run_stats(store: Store | None = None, experiment: str | None = None) -> dict[str, Any]:
     store = store or open_store()
+    where, params = _of_experiment(experiment, "AND")
     sql = (
         "SELECT count(*) AS total, sum(CASE WHEN status = 'completed' AND "
-        "coalesce(steady_state_after, true) THEN 1 ELSE 0 END) AS ok FROM runs WHERE NOT dry_run"
+        f"coalesce(steady_state_after, true) THEN 1 ELSE 0 END) AS ok FROM runs WHERE NOT dry_run{where}"
     )
-    params: list[Any] = []
-    if experiment:
-        sql += " AND (experiment_title = ? OR experiment_family = ?)"
-        params += [experiment, experiment]
     row = store.query(sql, params)[0]
     total = int(row["total"])
     return {"total_runs": total, "success_rate": round(row["ok"] / total, 4) if total else None}
