@@ -346,14 +346,8 @@ def _kube_words(args: list[str]) -> list[str]:
 
 
 def _kube_verb(args: list[str]) -> str | None:
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a.startswith("-"):
-            i += 2 if a in _KUBE_GLOBAL_VALUE else 1
-            continue
-        return a
-    return None
+    words = _kube_words(args)
+    return words[0] if words else None
 
 
 def _expand_flags(args: list[str]) -> list[str]:

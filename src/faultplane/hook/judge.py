@@ -285,13 +285,7 @@ class Judge(ChaosTools, GuardedFiles):
             )
 
     def script_file(self, word: str, cmd: Command, depth: int, written: set[Path], how: str) -> None:
-        path = resolve_path(word, cmd.cwd)
-        if path is None:
-            raise Refuse(
-                f"`{how}` of a script chosen at run time cannot be checked. Instead: name the script."
-            )
-        if path in written:
-            raise Refuse(_WRITE_THEN_RUN)
+        path = _named_script(word, cmd.cwd, written, f"`{how}` of a script")
         try:
             if path.stat().st_size > _MAX_SCRIPT_BYTES:
                 raise Refuse(f"{path} is too large to check ({_MAX_SCRIPT_BYTES} bytes at most)")
@@ -345,13 +339,7 @@ class Judge(ChaosTools, GuardedFiles):
                     self.check_write(a, cmd.cwd, "perl -i")
             return
         if script is not None:
-            path = resolve_path(script, cmd.cwd)
-            if path is None:
-                raise Refuse(
-                    f"a {head} script chosen at run time cannot be checked. Instead: name the script."
-                )
-            if path in written:
-                raise Refuse(_WRITE_THEN_RUN)
+            _named_script(script, cmd.cwd, written, f"a {head} script")
         elif cmd.piped:
             raise Refuse(
                 f"text piped into {head} cannot be checked. Instead: run a script file a person can read."
@@ -397,6 +385,16 @@ _WRITE_THEN_RUN = (
     "the command writes a script and runs it, so what runs cannot be checked. Instead: write the script in "
     "one step, let it be read, then run it (or run its commands directly)."
 )
+
+
+def _named_script(word: str, cwd: Path | None, written: set[Path], what: str) -> Path:
+    """The script file `word` names; refused when it is chosen at run time or written by this same command."""
+    path = resolve_path(word, cwd)
+    if path is None:
+        raise Refuse(f"{what} chosen at run time cannot be checked. Instead: name the script.")
+    if path in written:
+        raise Refuse(_WRITE_THEN_RUN)
+    return path
 
 
 def _is_shell_script(path: Path | None, written: set[Path]) -> bool:
