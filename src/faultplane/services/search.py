@@ -216,18 +216,15 @@ async def run_search(
             fitness=None,
             duration_s=round(anyio.current_time() - tstart, 3),
         )
-        if result.status == "refused":
+        if result.status in ("refused", "interrupted"):
+            # a refused trial ran nothing and an aborted one measured nothing worth scoring: the search ends here
             study.tell(ot, state=optuna.trial.TrialState.FAIL)
             trial.note = result.error
             trials.append(trial)
-            status, message = "refused", f"the policy refused trial {index}: {result.error}"
-            break
-        if result.status == "interrupted":
-            # an aborted trial measured nothing worth scoring: the search ends here
-            study.tell(ot, state=optuna.trial.TrialState.FAIL)
-            trial.note = result.error
-            trials.append(trial)
-            status, message = "interrupted", f"trial {index} was interrupted: {result.error}"
+            if result.status == "refused":
+                status, message = "refused", f"the policy refused trial {index}: {result.error}"
+            else:
+                status, message = "interrupted", f"trial {index} was interrupted: {result.error}"
             break
         journal = await anyio.to_thread.run_sync(load_journal, result.run_id, store)
         value, tripped, note = measure(journal, spec.objective, op)
