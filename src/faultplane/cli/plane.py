@@ -274,6 +274,19 @@ def report(
         typer.echo(f"\n{note}")
 
 
+def _session(
+    plan: Path | None, strict: bool, session: str | None, store: str | None, no_record: bool
+) -> dict[str, Any]:
+    """The session options both proxy commands take, as the keywords of both proxies' `serve`."""
+    return {
+        "plan_path": plan,
+        "strict": strict,
+        "session_id": session,
+        "store": str(store) if store else None,
+        "record": not no_record,
+    }
+
+
 @proxy_app.command(
     "stdio",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -297,13 +310,7 @@ def proxy_stdio(
     if command[:1] == ["--"]:
         command = command[1:]
     code = serve(
-        command,
-        plan_path=plan,
-        strict=strict,
-        session_id=session,
-        store=str(store) if store else None,
-        record=not no_record,
-        max_frame_bytes=max_frame_bytes,
+        command, **_session(plan, strict, session, store, no_record), max_frame_bytes=max_frame_bytes
     )
     raise typer.Exit(code)
 
@@ -330,14 +337,10 @@ def proxy_http(
 
     code = serve(
         upstream=upstream,
-        plan_path=plan,
         host=host,
         port=port,
         path=path,
-        strict=strict,
-        session_id=session,
-        store=str(store) if store else None,
-        record=not no_record,
+        **_session(plan, strict, session, store, no_record),
         allowed_hosts=allow_host,
         allowed_origins=allow_origin,
         max_body_bytes=max_body_bytes,
