@@ -168,6 +168,20 @@ def _skip_options(words: list[str], i: int, takes_value: set[str]) -> int:
     return i
 
 
+def _runner_spec(words: list[str], i: int, spec_option: str, takes_value: set[str]) -> tuple[int, str | None]:
+    """Past a package runner's own options from `i` (`uvx --from P`, `pipx run --spec P`): the index of the
+    first word after them, and the package `spec_option` names, if it is given."""
+    spec = None
+    while i < len(words) and words[i].startswith("-"):
+        opt = words[i].split("=", 1)[0]
+        if opt == spec_option:
+            spec = (
+                words[i].split("=", 1)[1] if "=" in words[i] else (words[i + 1] if i + 1 < len(words) else "")
+            )
+        i += 2 if (opt in takes_value and "=" not in words[i]) else 1
+    return i, spec
+
+
 def resolve(argv: list[str], env: dict[str, str] | None = None, depth: int = 0) -> Resolved:
     """Peel wrappers until the program that really runs is at argv[0]."""
     out = Resolved(list(argv), dict(env or {}))
@@ -245,18 +259,7 @@ def resolve(argv: list[str], env: dict[str, str] | None = None, depth: int = 0) 
             continue
         if name == "uvx" or (name == "uv" and words[1:3] == ["tool", "run"]):
             out.via.append("uvx")
-            start = 1 if name == "uvx" else 3
-            i = start
-            spec = None
-            while i < len(words) and words[i].startswith("-"):
-                opt = words[i].split("=", 1)[0]
-                if opt == "--from":
-                    spec = (
-                        words[i].split("=", 1)[1]
-                        if "=" in words[i]
-                        else (words[i + 1] if i + 1 < len(words) else "")
-                    )
-                i += 2 if (opt in _UVX_VALUE and "=" not in words[i]) else 1
+            i, spec = _runner_spec(words, 1 if name == "uvx" else 3, "--from", _UVX_VALUE)
             if spec and i < len(words) and _package_name(spec) in ("faultplane", "chaostoolkit"):
                 words = ["faultplane" if _package_name(spec) == "faultplane" else "chaos", *words[i + 1 :]]
                 break
@@ -266,17 +269,7 @@ def resolve(argv: list[str], env: dict[str, str] | None = None, depth: int = 0) 
             continue
         if name == "pipx" and len(words) > 1 and words[1] == "run":
             out.via.append("pipx run")
-            i = 2
-            spec = None
-            while i < len(words) and words[i].startswith("-"):
-                opt = words[i].split("=", 1)[0]
-                if opt == "--spec":
-                    spec = (
-                        words[i].split("=", 1)[1]
-                        if "=" in words[i]
-                        else (words[i + 1] if i + 1 < len(words) else "")
-                    )
-                i += 2 if (opt in _RUNNERS[("pipx", "run")] and "=" not in words[i]) else 1
+            i, spec = _runner_spec(words, 2, "--spec", _RUNNERS[("pipx", "run")])
             if spec and i < len(words) and _package_name(spec) == "faultplane":
                 words = ["faultplane", *words[i + 1 :]]
                 break
