@@ -110,22 +110,27 @@ def _lease_tagged(ctx: ActivityContext, dsn: str, tag: str, label: str) -> Rever
     )
 
 
-def _release(dsn: str, tag: str) -> None:
-    """Close the fault's connections and wait (bounded) until the server has let their backends go, so the
-    slots are really free again when the revert returns."""
-    _close_held(tag)
-    deadline = time.monotonic() + 5.0
+def _wait_gone(dsn: str, tag: str, timeout: float = 5.0) -> None:
+    """Wait (bounded) until the server has let the tagged backends go, so the slots are really free again
+    when the revert returns. Best effort: the revert itself never depends on getting a connection."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with _connect(dsn) as conn:
+            with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
                 left = _scalar(
                     conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [tag]
                 )
-        except DriverError:
+        except psycopg.Error:
             left = -1
         if left == 0:
             return
         time.sleep(0.02)
+
+
+def _release(dsn: str, tag: str) -> None:
+    """Close the fault's connections and wait (bounded) until the server has let their backends go."""
+    _close_held(tag)
+    _wait_gone(dsn, tag)
 
 
 @revert_recipe("postgres", "terminate_tagged")
@@ -201,23 +206,6 @@ class ExhaustParams(_Dsn):
     duration_seconds: float | None = Field(
         default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
     )
-
-
-def _wait_gone(dsn: str, tag: str, timeout: float = 5.0) -> None:
-    """Wait (bounded) until the server has let the tagged backends go, so the slots are really free again
-    when the revert returns. Best effort: the revert itself never depends on getting a connection."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
-                left = _scalar(
-                    conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [tag]
-                )
-        except psycopg.Error:
-            left = -1
-        if left == 0:
-            return
-        time.sleep(0.02)
 
 
 @revert_recipe("postgres", "kill_holder")
