@@ -95,14 +95,10 @@ def load_global_controls(
             out.settings = settings
             block = settings.get("controls") or {}
             if not isinstance(block, dict):
-                raise ExperimentError(
-                    [
-                        ValidationIssue(
-                            field=f"--settings {path}: controls",
-                            message=f"expected a mapping of names to controls, got {type(block).__name__}",
-                            fix="write `controls: {NAME: {provider: {type: python, module: ...}}}`",
-                        )
-                    ]
+                raise ExperimentError.one(
+                    field=f"--settings {path}: controls",
+                    message=f"expected a mapping of names to controls, got {type(block).__name__}",
+                    fix="write `controls: {NAME: {provider: {type: python, module: ...}}}`",
                 )
             sources.append((f"--settings {path}: controls", block))
     for control_file in control_files:
@@ -113,14 +109,10 @@ def load_global_controls(
     for where, block in sources:
         for name, control in block.items():
             if not isinstance(control, dict) or not isinstance(control.get("provider"), dict):
-                raise ExperimentError(
-                    [
-                        ValidationIssue(
-                            field=f"{where}.{name}",
-                            message="a control needs a `provider`",
-                            fix="write `provider: {type: python, module: MODULE}`",
-                        )
-                    ]
+                raise ExperimentError.one(
+                    field=f"{where}.{name}",
+                    message="a control needs a `provider`",
+                    fix="write `provider: {type: python, module: MODULE}`",
                 )
             control = {**control, "name": name}
             if control["provider"].get("type", "python") == "python" and _module(control) is None:
