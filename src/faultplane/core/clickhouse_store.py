@@ -50,6 +50,7 @@ from faultplane.core.migrations import (
     Migration,
     to_clickhouse,
 )
+from faultplane.core.paths import faultplane_dir
 from faultplane.core.store_base import (
     CLICKHOUSE_HTTP_SCHEMES as _HTTP_SCHEMES,
 )
@@ -139,8 +140,7 @@ def _check_database(database: str, url: str) -> None:
 
 
 def _pending_root() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "faultplane" / "pending"
+    return faultplane_dir("state") / "pending"
 
 
 class ClickHouseStore(JournalStore):

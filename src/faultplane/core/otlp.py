@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from faultplane.core.paths import faultplane_dir
+
 __all__ = ["Target", "configured", "drain", "exporter", "send", "send_spool", "stats", "target"]
 
 log = logging.getLogger("faultplane.telemetry")
@@ -148,8 +150,7 @@ class _Batch:
 
 
 def _state_dir() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "faultplane"
+    return faultplane_dir("state")
 
 
 def _dead_file() -> Path:

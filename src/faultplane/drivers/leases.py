@@ -39,6 +39,7 @@ from typing import Any
 
 import psutil
 
+from faultplane.core.paths import faultplane_dir
 from faultplane.drivers import sealing
 from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry
 
@@ -85,8 +86,7 @@ def revert_recipe(driver: str, name: str) -> Callable[[RecipeFn], RecipeFn]:
 
 
 def lease_dir() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    path = Path(state) / "faultplane" / "leases"
+    path = faultplane_dir("state") / "leases"
     _private_dir(path)
     return path
 
