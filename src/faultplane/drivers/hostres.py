@@ -25,7 +25,13 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry, action
-from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
+from faultplane.drivers.leases import (
+    apply_or_revert,
+    hold_then_revert,
+    leased_revert,
+    revert_now,
+    revert_recipe,
+)
 
 __all__: list[str] = []
 
@@ -113,11 +119,7 @@ async def fill_disk(ctx: ActivityContext, p: FillParams) -> dict[str, Any]:
         revert="remove_fill",
         args={"path": str(path), "inode": inode},
     )
-    try:
-        taken = await anyio.to_thread.run_sync(_fill, size, path)
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
+    taken = await apply_or_revert(ctx, entry, _fill, size, path)
     after = os.statvfs(directory)
     result: dict[str, Any] = {
         "file": str(path),

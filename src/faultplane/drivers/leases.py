@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_TTL_S",
     "Lease",
     "ReapResult",
+    "apply_or_revert",
     "create_lease",
     "ensure_watchdog",
     "lease_dir",
@@ -68,6 +69,7 @@ _WATCH_INTERVAL_S = 0.25
 _WATCH_IDLE_EXIT_S = 10.0
 
 RecipeFn = Callable[[dict[str, Any]], Any]
+_T = TypeVar("_T")
 _RECIPES: dict[tuple[str, str], RecipeFn] = {}
 
 
@@ -420,6 +422,19 @@ async def revert_now(ctx: ActivityContext, entry: RevertEntry) -> None:
         result = entry.fn()
         if inspect.isawaitable(result):
             await result
+
+
+async def apply_or_revert(ctx: ActivityContext, entry: RevertEntry, fn: Callable[..., _T], *args: Any) -> _T:
+    """Apply a fault's change, `fn(*args)` in a worker thread, once its revert is leased. A change that fails in
+    any way (an error, a cancellation) may have done part of its work, so the revert runs before the error
+    goes on."""
+    import anyio
+
+    try:
+        return await anyio.to_thread.run_sync(fn, *args)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
 
 
 async def hold_then_revert(ctx: ActivityContext, entry: RevertEntry, duration_s: float | None) -> bool:
