@@ -229,6 +229,15 @@ def unloadable_controls(experiment: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _declared(func: Callable[..., Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The values of `extra` whose names `func` declares: as chaoslib, a control gets only what it asks for."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in extra.items() if k in params}
+
+
 class Controls:
     """The controls of one run."""
 
@@ -298,10 +307,6 @@ class Controls:
         if func is None:
             return True
         arguments = copy.deepcopy((control.get("provider") or {}).get("arguments") or {})
-        try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
         extra = {
             "experiment": self.experiment,
             "secrets": self.secrets,
@@ -309,7 +314,7 @@ class Controls:
             "settings": settings,
             "event_registry": None,
         }
-        arguments.update({k: v for k, v in extra.items() if k in params})
+        arguments.update(_declared(func, extra))
         try:
             func(**arguments)
         except Exception as exc:  # as chaoslib: logged, the run goes on
@@ -342,10 +347,6 @@ class Controls:
             provider = control.get("provider") or {}
             arguments = copy.deepcopy(provider.get("arguments") or {})
             arguments = substitute_like_ctk(arguments, self.configuration, self.secrets)
-            try:
-                params = inspect.signature(func).parameters
-            except (TypeError, ValueError):
-                params = {}  # type: ignore[assignment]
             extra = {
                 "secrets": self.secrets,
                 "configuration": self.configuration,
@@ -354,7 +355,7 @@ class Controls:
                 "extensions": self.experiment.get("extensions"),
                 "settings": self.settings,
             }
-            arguments.update({k: v for k, v in extra.items() if k in params})
+            arguments.update(_declared(func, extra))
             try:
                 func(context=context, **arguments)
             except Exception as exc:  # a control never fails the run (chaoslib logs and goes on)
