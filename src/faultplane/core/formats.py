@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from faultplane.core.errors import ExperimentError
-from faultplane.core.issues import ValidationIssue
+from faultplane.core.issues import ValidationIssue, dotted_path
 
 __all__ = [
     "ExperimentError",
@@ -152,13 +152,7 @@ def dumps(data: Any, fmt: Format = "json", *, indent: int = 2) -> str:
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
+    return dotted_path(loc, "(top level)")
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
