@@ -40,7 +40,8 @@ OLD_PATHS = {
 @pytest.mark.parametrize("old", sorted(OLD_PATHS))
 def test_old_modules_hand_on_the_package_objects(old: str) -> None:
     module = importlib.import_module(old)
-    assert sorted(module.__all__) == sorted(OLD_PATHS[old])
+    # an alias re-exports its new homes whole, so it may hand on more than the names old code imported
+    assert set(OLD_PATHS[old]) <= set(module.__all__)
     for name, home in OLD_PATHS[old].items():
         new = importlib.import_module(f"faultplane.core.policy.{home}")
         assert getattr(module, name) is getattr(new, name), name

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from faultplane.core.paths import faultplane_dir, file_from_env
+
 __all__ = [
     "PASSPHRASE_ENV",
     "Approval",
@@ -124,31 +126,21 @@ class ApproverKey:
 # ---- paths ---------------------------------------------------------------------------------------------------
 
 
-def _config_home() -> Path:
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-
-
-def _state_home() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-
-
 def default_key_path() -> Path:
     """The approver's private key: $FAULTPLANE_APPROVER_KEY, else $XDG_CONFIG_HOME/faultplane/approver.key."""
-    env = os.environ.get(KEY_ENV)
-    return Path(env).expanduser() if env else _config_home() / "faultplane" / "approver.key"
+    return file_from_env(KEY_ENV, "config", "approver.key")
 
 
 def legacy_key_path() -> Path:
     """Where the fpa1 HMAC secret lived (kept so the hook still guards it and docs can say to delete it)."""
-    env = os.environ.get("FAULTPLANE_APPROVAL_KEY")
-    return Path(env).expanduser() if env else _config_home() / "faultplane" / "approval.key"
+    return file_from_env("FAULTPLANE_APPROVAL_KEY", "config", "approval.key")
 
 
 key_path = legacy_key_path  # the name the hook's protected-file list used
 
 
 def approvals_dir() -> Path:
-    return _state_home() / "faultplane" / "approvals"
+    return faultplane_dir("state") / "approvals"
 
 
 # ---- keys ----------------------------------------------------------------------------------------------------

@@ -40,7 +40,6 @@ from faultplane.core.clickhouse_wire import (
     HttpWire,
     Wire,
     _epoch,
-    _UnknownDatabase,
     bind,
     decode_compact,
 )
@@ -51,6 +50,7 @@ from faultplane.core.migrations import (
     Migration,
     to_clickhouse,
 )
+from faultplane.core.paths import faultplane_dir
 from faultplane.core.store_base import (
     CLICKHOUSE_HTTP_SCHEMES as _HTTP_SCHEMES,
 )
@@ -140,8 +140,7 @@ def _check_database(database: str, url: str) -> None:
 
 
 def _pending_root() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "faultplane" / "pending"
+    return faultplane_dir("state") / "pending"
 
 
 class ClickHouseStore(JournalStore):
@@ -190,23 +189,6 @@ class ClickHouseStore(JournalStore):
                     self._wire_obj = HttpWire(**{k: v for k, v in c.items() if k != "kind"})
             return self._wire_obj
 
-    def _run(
-        self,
-        sql: str,
-        *,
-        data: str | None = None,
-        settings: Mapping[str, Any] | None = None,
-        fmt: str | None = None,
-    ) -> str:
-        wire = self._wire
-        try:
-            return wire.run(sql, data=data, settings=settings, fmt=fmt)
-        except _UnknownDatabase:
-            if not isinstance(wire, HttpWire):
-                raise
-            wire.create_database()
-            return wire.run(sql, data=data, settings=settings, fmt=fmt)
-
     @property
     def server_version(self) -> str:
         return str(self.query("SELECT version() AS v")[0]["v"])
@@ -219,7 +201,7 @@ class ClickHouseStore(JournalStore):
             if self._cfg["kind"] == "chdb":
                 self._float_repair = False
             else:
-                text = self._run("SELECT version()", fmt="TabSeparated").strip()
+                text = self._wire.run("SELECT version()", fmt="TabSeparated").strip()
                 try:
                     self._float_repair = int(text.split(".")[0]) < 21
                 except ValueError:
@@ -251,7 +233,7 @@ class ClickHouseStore(JournalStore):
         *,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
-        self._run(bind(_duckdb_statement(sql), params), settings=settings)
+        self._wire.run(bind(_duckdb_statement(sql), params), settings=settings)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         for row in rows:
@@ -274,7 +256,7 @@ class ClickHouseStore(JournalStore):
         if limit is not None:
             opts.setdefault("max_result_rows", limit)
             opts.setdefault("result_overflow_mode", "break")
-        text = self._run(bind(sql, params), settings=opts or None, fmt="JSONCompact")
+        text = self._wire.run(bind(sql, params), settings=opts or None, fmt="JSONCompact")
         if not text.strip():
             return [], []
         cols, types, rows = decode_compact(text)
@@ -344,7 +326,7 @@ class ClickHouseStore(JournalStore):
             doc.update(extra)
             lines.append(to_json(doc, fallback=str, inf_nan_mode="constants"))
         names = ", ".join([*cols, *extra])
-        self._run(f"INSERT INTO {table} ({names}) FORMAT JSONEachRow", data=b"\n".join(lines).decode())
+        self._wire.run(f"INSERT INTO {table} ({names}) FORMAT JSONEachRow", data=b"\n".join(lines).decode())
         return len(rows)
 
     def ensure_schema(self, owner: str, migrations: Sequence[Migration]) -> None:

@@ -13,7 +13,7 @@ import math
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 __all__ = [
     "ChdbWire",
@@ -34,21 +34,6 @@ class StoreError(RuntimeError):
 
 class ClickHouseStoreError(StoreError):
     """The ClickHouse store could not be reached or refused a statement; the message says what to fix."""
-
-
-class Wire(Protocol):
-    where: str
-
-    def run(
-        self,
-        sql: str,
-        *,
-        data: str | None = None,
-        settings: Mapping[str, Any] | None = None,
-        fmt: str | None = None,
-    ) -> str: ...
-
-    def close(self) -> None: ...
 
 
 # ---- values as SQL literals ----------------------------------------------------------------------------------
@@ -161,10 +146,43 @@ def _reason(text: str) -> str:
     return (m.group(1) if m else text).strip().splitlines()[0] if text.strip() else "no reason given"
 
 
+class Wire:
+    """How SQL reaches one engine. Both wires build a statement's text alike: the statement, its `SETTINGS`
+    where the engine takes them only inline, `FORMAT`, then the rows being inserted. They differ in how that
+    text travels and where the settings go."""
+
+    where: str
+
+    def run(
+        self,
+        sql: str,
+        *,
+        data: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        fmt: str | None = None,
+    ) -> str:
+        """The engine's answer to `sql` as text; `data` (rows in the statement's format) follows the statement."""
+        settings = settings or {}
+        text = _statement(sql, settings=self._inline_settings(settings), fmt=fmt)
+        if data is not None:
+            text = f"{text}\n{data}"
+        return self._send(sql, text, settings)
+
+    def _inline_settings(self, settings: Mapping[str, Any]) -> str:
+        """The `SETTINGS` clause for an engine that takes settings only inside the statement; none by default."""
+        return ""
+
+    def _send(self, sql: str, text: str, settings: Mapping[str, Any]) -> str:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
 # ---- a server over HTTP --------------------------------------------------------------------------------------
 
 
-class HttpWire:
+class HttpWire(Wire):
     """A ClickHouse server's HTTP interface (port 8123, or 8443 with TLS), through httpx."""
 
     def __init__(
@@ -191,23 +209,22 @@ class HttpWire:
             trust_env=False,
         )
 
-    def run(
-        self,
-        sql: str,
-        *,
-        data: str | None = None,
-        settings: Mapping[str, Any] | None = None,
-        fmt: str | None = None,
-    ) -> str:
+    def _send(self, sql: str, text: str, settings: Mapping[str, Any]) -> str:
+        try:
+            return self._post(sql, text, settings)
+        except _UnknownDatabase:
+            # a store's database is created on first use, as chDB's is
+            self.create_database()
+            return self._post(sql, text, settings)
+
+    def _post(self, sql: str, text: str, settings: Mapping[str, Any]) -> str:
+        """One statement's text over HTTP, its settings as URL parameters."""
         import httpx
 
-        body = _statement(sql, fmt=fmt)
-        if data is not None:
-            body = f"{body}\n{data}"
         params: dict[str, Any] = {**self._auth, "database": self.database}
-        params.update({k: str(v) for k, v in (settings or {}).items()})
+        params.update({k: str(v) for k, v in settings.items()})
         try:
-            response = self._client.post(self._url, params=params, content=body.encode("utf-8"))
+            response = self._client.post(self._url, params=params, content=text.encode("utf-8"))
         except httpx.TimeoutException as exc:
             raise ClickHouseStoreError(
                 f"store {self.where}: ClickHouse did not answer in time ({type(exc).__name__}); "
@@ -233,7 +250,8 @@ class HttpWire:
     def create_database(self) -> None:
         saved, self.database = self.database, "default"
         try:
-            self.run(f"CREATE DATABASE IF NOT EXISTS {saved}")
+            create = f"CREATE DATABASE IF NOT EXISTS {saved}"
+            self._post(create, create, {})
         finally:
             self.database = saved
 
@@ -251,7 +269,7 @@ _CHDB_LOCK = threading.RLock()
 _CHDB: dict[str, Any] = {"path": None, "session": None, "database": None}
 
 
-class ChdbWire:
+class ChdbWire(Wire):
     """chDB's embedded ClickHouse on a data directory. chDB allows one data directory per process; each store
     is a database inside it, selected (under one lock) before each statement."""
 
@@ -282,18 +300,10 @@ class ChdbWire:
             )
         return _CHDB["session"]
 
-    def run(
-        self,
-        sql: str,
-        *,
-        data: str | None = None,
-        settings: Mapping[str, Any] | None = None,
-        fmt: str | None = None,
-    ) -> str:
-        clause = ", ".join(f"{k} = {literal(v)}" for k, v in (settings or {}).items())
-        text = _statement(sql, settings=clause, fmt=fmt)
-        if data is not None:
-            text = f"{text}\n{data}"
+    def _inline_settings(self, settings: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k} = {literal(v)}" for k, v in settings.items())
+
+    def _send(self, sql: str, text: str, settings: Mapping[str, Any]) -> str:
         with _CHDB_LOCK:
             s = self._session()
             try:

@@ -103,22 +103,14 @@ def parse_var(text: str) -> tuple[str, Any]:
             try:
                 return name.strip(), convert_to_type(kind, raw_value)
             except ValueError:
-                raise ExperimentError(
-                    [
-                        ValidationIssue(
-                            field=f"--var {text}",
-                            message=f"{raw_value!r} is not a valid {kind}",
-                            fix=f"give {name.strip()} a {kind} value",
-                        )
-                    ]
+                raise ExperimentError.one(
+                    field=f"--var {text}",
+                    message=f"{raw_value!r} is not a valid {kind}",
+                    fix=f"give {name.strip()} a {kind} value",
                 ) from None
     if "=" not in text:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=f"--var {text}", message="expected name=value", fix="write it as --var name=value"
-                )
-            ]
+        raise ExperimentError.one(
+            field=f"--var {text}", message="expected name=value", fix="write it as --var name=value"
         )
     name, _, raw = text.partition("=")
     try:
@@ -132,14 +124,10 @@ def load_var_file(path: str | Path) -> Variables:
     `secrets:` sections (secrets by scope), or a flat mapping of configuration values."""
     p = Path(path)
     if not p.is_file():
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="--var-file",
-                    message=f"file not found: {p}",
-                    fix="pass an existing .json, .yaml or .env file",
-                )
-            ]
+        raise ExperimentError.one(
+            field="--var-file",
+            message=f"file not found: {p}",
+            fix="pass an existing .json, .yaml or .env file",
         )
     from faultplane.core.hostile import HostileInput, read_text_limited
 
@@ -148,18 +136,14 @@ def load_var_file(path: str | Path) -> Variables:
         text = read_text_limited(p, "--var-file")
     except HostileInput as exc:
         message, _, fix = str(exc).partition("; ")
-        raise ExperimentError(
-            [ValidationIssue(field=f"--var-file {p}", message=message, fix=fix or "pass a smaller file")]
+        raise ExperimentError.one(
+            field=f"--var-file {p}", message=message, fix=fix or "pass a smaller file"
         ) from None
     except OSError as exc:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=f"--var-file {p}",
-                    message=f"cannot read the file: {exc.strerror or exc}",
-                    fix="pass a readable UTF-8 .json, .yaml or .env file",
-                )
-            ]
+        raise ExperimentError.one(
+            field=f"--var-file {p}",
+            message=f"cannot read the file: {exc.strerror or exc}",
+            fix="pass a readable UTF-8 .json, .yaml or .env file",
         ) from None
     if p.suffix == ".env":
         out = Variables()
@@ -172,14 +156,10 @@ def load_var_file(path: str | Path) -> Variables:
     # the experiment loader's parser: syntax errors come back naming the file, line and column, with the fix
     data = loads(text, "json" if p.suffix == ".json" else "yaml", source=f"--var-file {p}")
     if not isinstance(data, dict):
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=f"--var-file {p}",
-                    message=f"expected a mapping of names to values, got {type(data).__name__}",
-                    fix="write `name: value` pairs",
-                )
-            ]
+        raise ExperimentError.one(
+            field=f"--var-file {p}",
+            message=f"expected a mapping of names to values, got {type(data).__name__}",
+            fix="write `name: value` pairs",
         )
     # Chaos Toolkit's var files hold `configuration:` and `secrets:` sections (any other key is ignored, as
     # chaoslib's `merge_vars` ignores it); a plain mapping of names to values is configuration
@@ -188,15 +168,11 @@ def load_var_file(path: str | Path) -> Variables:
         for section in ("configuration", "secrets"):
             value = data.get(section) or {}
             if not isinstance(value, dict):
-                raise ExperimentError(
-                    [
-                        ValidationIssue(
-                            field=f"--var-file {p}: {section}",
-                            message=f"expected a mapping, got {type(value).__name__}",
-                            fix="write `name: value` pairs"
-                            + (" under each secrets scope" if section == "secrets" else ""),
-                        )
-                    ]
+                raise ExperimentError.one(
+                    field=f"--var-file {p}: {section}",
+                    message=f"expected a mapping, got {type(value).__name__}",
+                    fix="write `name: value` pairs"
+                    + (" under each secrets scope" if section == "secrets" else ""),
                 )
             sections.append(value)
         return Variables(sections[0], secrets=sections[1])

@@ -18,6 +18,13 @@ class ExperimentError(ValueError):
         self.issues = issues
         super().__init__("; ".join(str(i) for i in issues))
 
+    @classmethod
+    def one(cls, field: str, message: str, fix: str) -> ExperimentError:
+        """The error of a single problem at `field`: what most checks raise, stopping at the first they find."""
+        from faultplane.core.issues import ValidationIssue
+
+        return cls([ValidationIssue(field=field, message=message, fix=fix)])
+
     def one_line(self, what: str) -> str | None:
         """`what: field: problem; fix: ...` when there is a single problem (a hostile file, a bad value), else
         None: one problem is one line, for a reader, a log and an agent alike."""

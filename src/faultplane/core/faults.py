@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultplane.core.paths import file_from_env
+
 __all__ = [
     "DEFAULT_DURATION_S",
     "FAULT_TYPES",
@@ -170,11 +172,7 @@ class RegistryState:
 
 def default_registry_path() -> Path:
     """$FAULTPLANE_FAULTS, else $XDG_STATE_HOME/faultplane/faults.json (~/.local/state when unset)."""
-    env = os.environ.get("FAULTPLANE_FAULTS")
-    if env:
-        return Path(env).expanduser()
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state_home) / "faultplane" / "faults.json"
+    return file_from_env("FAULTPLANE_FAULTS", "state", "faults.json")
 
 
 @contextlib.contextmanager

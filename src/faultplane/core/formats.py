@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from faultplane.core.errors import ExperimentError
-from faultplane.core.issues import ValidationIssue
+from faultplane.core.issues import ValidationIssue, dotted_path
 
 __all__ = [
     "ExperimentError",
@@ -64,9 +64,7 @@ def load_yaml(text: str) -> Any:
 def _hostile_issue(source: str, exc: Exception) -> ExperimentError:
     """A document over the limits (core/hostile.py): its message reads `<problem>; <fix>`."""
     message, _, fix = str(exc).partition("; ")
-    return ExperimentError(
-        [ValidationIssue(field=source, message=message, fix=fix or "use a smaller document")]
-    )
+    return ExperimentError.one(field=source, message=message, fix=fix or "use a smaller document")
 
 
 def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> Any:
@@ -85,36 +83,24 @@ def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> An
     except HostileInput as exc:
         raise _hostile_issue(source, exc) from None
     except json.JSONDecodeError as exc:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=f"{source}:{exc.lineno}:{exc.colno}",
-                    message=f"invalid JSON: {exc.msg}",
-                    fix="correct the JSON syntax at that position",
-                )
-            ]
+        raise ExperimentError.one(
+            field=f"{source}:{exc.lineno}:{exc.colno}",
+            message=f"invalid JSON: {exc.msg}",
+            fix="correct the JSON syntax at that position",
         ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=where,
-                    message="invalid YAML: " + " ".join(str(getattr(exc, "problem", None) or exc).split()),
-                    fix="correct the YAML syntax (indentation, quoting) at that position",
-                )
-            ]
+        raise ExperimentError.one(
+            field=where,
+            message="invalid YAML: " + " ".join(str(getattr(exc, "problem", None) or exc).split()),
+            fix="correct the YAML syntax (indentation, quoting) at that position",
         ) from None
     except Exception as exc:  # toon_format raises its own decode errors
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=source,
-                    message="invalid TOON: " + " ".join(str(exc).split()),
-                    fix="correct the TOON syntax, or use a .json/.yaml file",
-                )
-            ]
+        raise ExperimentError.one(
+            field=source,
+            message="invalid TOON: " + " ".join(str(exc).split()),
+            fix="correct the TOON syntax, or use a .json/.yaml file",
         ) from None
 
 
@@ -131,14 +117,10 @@ def load_document(source: str | Path | Mapping[str, Any], fmt: Format | None = N
     if isinstance(source, Path) or ("\n" not in source and len(source) < 4096 and Path(source).suffix):
         path = Path(source)
         if not path.is_file():
-            raise ExperimentError(
-                [
-                    ValidationIssue(
-                        field="experiment",
-                        message=f"file not found: {path}",
-                        fix="pass the path of an existing .yaml/.json/.toon experiment",
-                    )
-                ]
+            raise ExperimentError.one(
+                field="experiment",
+                message=f"file not found: {path}",
+                fix="pass the path of an existing .yaml/.json/.toon experiment",
             )
         from faultplane.core.hostile import HostileInput, read_text_limited
 
@@ -150,14 +132,10 @@ def load_document(source: str | Path | Mapping[str, Any], fmt: Format | None = N
     else:
         data = loads(source, fmt)
     if not isinstance(data, dict):
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="experiment",
-                    message=f"expected a mapping at the top, got {type(data).__name__}",
-                    fix="an experiment is an object with at least `title` and `method`",
-                )
-            ]
+        raise ExperimentError.one(
+            field="experiment",
+            message=f"expected a mapping at the top, got {type(data).__name__}",
+            fix="an experiment is an object with at least `title` and `method`",
         )
     return data
 
@@ -174,13 +152,7 @@ def dumps(data: Any, fmt: Format = "json", *, indent: int = 2) -> str:
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
+    return dotted_path(loc, "(top level)")
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:

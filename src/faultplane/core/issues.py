@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-__all__ = ["ValidationIssue"]
+__all__ = ["ValidationIssue", "dotted_path"]
+
+
+def dotted_path(path: tuple[object, ...], top: str) -> str:
+    """Where a value sits in a document, as a reader writes it (`method[2].provider.url`); `top` names the
+    document itself (an empty path)."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or top
 
 
 class ValidationIssue(BaseModel):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from faultplane.core.splitting import split_outside_parens
+
 __all__ = [
     "BOOLEAN_COLUMNS",
     "CLICKHOUSE_ORDER_KEYS",
@@ -220,32 +222,13 @@ def _column(table: str, spec: str, key: tuple[str, ...] = ()) -> tuple[str, str,
     return name, f"{name} {ch_type}{default}", pk
 
 
-def _split_columns(body: str) -> list[str]:
-    parts: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in body:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur))
-    return parts
-
-
 def to_clickhouse(statement: str) -> list[str]:
     """ClickHouse statements equivalent to one DuckDB migration statement (CREATE TABLE / ADD COLUMN)."""
     m = _CREATE.match(statement)
     if m:
         table = m["name"]
         cols, keys = [], []
-        for spec in _split_columns(m["body"]):
+        for spec in split_outside_parens(m["body"]):
             if re.match(r"^\s*PRIMARY\s+KEY\s*\(", spec, re.IGNORECASE):
                 keys += [k.strip() for k in spec[spec.index("(") + 1 : spec.rindex(")")].split(",")]
                 continue

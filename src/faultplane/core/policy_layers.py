@@ -1,26 +1,10 @@
 """Old path of the policy's layers: now `faultplane.core.policy.layers` (finding and reading policy files)
-and `faultplane.core.policy.combine` (their strictest combination). Kept so existing imports work."""
+and `faultplane.core.policy.combine` (their strictest combination). Kept so existing imports work; it hands on
+both modules' public names, as their own `__all__` lists them."""
 
-from faultplane.core.policy.combine import combine
-from faultplane.core.policy.layers import (
-    SIGNATURE_SUFFIX,
-    also_from,
-    loosening_approved,
-    policy_file_hash,
-    policy_in_force,
-    project_policy_files,
-    signature_path,
-    user_policy_path,
-)
+from faultplane.core.policy import combine as _combine
+from faultplane.core.policy import layers as _layers
+from faultplane.core.policy.combine import *  # noqa: F403
+from faultplane.core.policy.layers import *  # noqa: F403
 
-__all__ = [
-    "SIGNATURE_SUFFIX",
-    "also_from",
-    "combine",
-    "loosening_approved",
-    "policy_file_hash",
-    "policy_in_force",
-    "project_policy_files",
-    "signature_path",
-    "user_policy_path",
-]
+__all__ = [*_combine.__all__, *_layers.__all__]

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultplane.core.clickhouse_wire import StoreError
 from faultplane.core.migrations import CORE_MIGRATIONS as _CORE_MIGRATIONS
+from faultplane.core.paths import file_from_env
 from faultplane.core.store_base import JournalStore, is_clickhouse_url, redact_url
 
 if TYPE_CHECKING:
@@ -94,11 +95,7 @@ class StoreBusyError(StoreError):
 
 def default_store_path() -> Path:
     """The store file: $FAULTPLANE_STORE, else $XDG_DATA_HOME/faultplane/faultplane.duckdb."""
-    env = os.environ.get("FAULTPLANE_STORE")
-    if env:
-        return Path(env).expanduser()
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "faultplane" / "faultplane.duckdb"
+    return file_from_env("FAULTPLANE_STORE", "data", "faultplane.duckdb")
 
 
 def _first_line(exc: BaseException) -> str:

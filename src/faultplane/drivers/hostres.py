@@ -20,12 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry, action
-from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
+from faultplane.drivers.leases import (
+    apply_or_revert,
+    hold_then_revert,
+    leased_revert,
+    revert_now,
+    revert_recipe,
+)
+from faultplane.drivers.workers import wait_workers
 
 __all__: list[str] = []
 
@@ -113,11 +119,7 @@ async def fill_disk(ctx: ActivityContext, p: FillParams) -> dict[str, Any]:
         revert="remove_fill",
         args={"path": str(path), "inode": inode},
     )
-    try:
-        taken = await anyio.to_thread.run_sync(_fill, size, path)
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
+    taken = await apply_or_revert(ctx, entry, _fill, size, path)
     after = os.statvfs(directory)
     result: dict[str, Any] = {
         "file": str(path),
@@ -597,19 +599,18 @@ async def stress_io(ctx: ActivityContext, p: IoParams) -> dict[str, Any]:
     if not p.wait:
         return result
     counted = {"read_bytes": 0, "write_bytes": 0}
+
+    def sample() -> None:
+        for x in procs:
+            with contextlib.suppress(psutil.Error):
+                io = x.io_counters()
+                counted[f"read_bytes_{x.pid}"] = io.read_bytes
+                counted[f"write_bytes_{x.pid}"] = io.write_bytes
+
     try:
-        deadline = time.monotonic() + p.duration_seconds + 30
-        while any(x.poll() is None for x in procs) and time.monotonic() < deadline:
-            for x in procs:
-                with contextlib.suppress(psutil.Error):
-                    io = x.io_counters()
-                    counted[f"read_bytes_{x.pid}"] = io.read_bytes
-                    counted[f"write_bytes_{x.pid}"] = io.write_bytes
-            await anyio.sleep(0.2)
-        failed = [x for x in procs if x.returncode not in (0, None)]
+        failed = await wait_workers(procs, p.duration_seconds + 30, 0.2, sample)
         if failed:
-            err = failed[0].stderr.read().decode(errors="replace")[-300:] if failed[0].stderr else ""
-            raise DriverError(f"directory: IO worker exited with {failed[0].returncode}: {err.strip()}")
+            raise DriverError(f"directory: IO worker exited with {failed[0]}: {failed[1][-300:].strip()}")
     finally:
         await revert_now(ctx, entry)
     for kind in ("read_bytes", "write_bytes"):

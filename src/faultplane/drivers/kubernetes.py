@@ -15,6 +15,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
+from faultplane.core.splitting import split_outside_parens
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.leases import leased_revert, revert_recipe
@@ -29,31 +30,12 @@ _VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
 # --- pure functions (unit-tested) -----------------------------------------------------------------------------
 
 
-def _split_selector(text: str) -> list[str]:
-    parts: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
-
-
 def parse_label_selector(selector: str) -> dict[str, Any]:
     """A label selector string -> a LabelSelector object (matchLabels/matchExpressions), as a NetworkPolicy's
     podSelector needs. Supports ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``, ``!k``."""
     labels: dict[str, str] = {}
     exprs: list[dict[str, Any]] = []
-    for part in _split_selector(selector):
+    for part in (p.strip() for p in split_outside_parens(selector)):
         if m := re.fullmatch(rf"{_KEY}\s+(?P<op>in|notin)\s+\((?P<values>.*)\)", part):
             values = [v.strip() for v in m["values"].split(",") if v.strip()]
             if not values or not all(re.fullmatch(_VALUE, v) for v in values):

@@ -35,10 +35,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
+from faultplane.core.paths import faultplane_dir
 from faultplane.drivers import sealing
 from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry
 
@@ -46,6 +47,7 @@ __all__ = [
     "DEFAULT_TTL_S",
     "Lease",
     "ReapResult",
+    "apply_or_revert",
     "create_lease",
     "ensure_watchdog",
     "lease_dir",
@@ -67,6 +69,7 @@ _WATCH_INTERVAL_S = 0.25
 _WATCH_IDLE_EXIT_S = 10.0
 
 RecipeFn = Callable[[dict[str, Any]], Any]
+_T = TypeVar("_T")
 _RECIPES: dict[tuple[str, str], RecipeFn] = {}
 
 
@@ -85,8 +88,7 @@ def revert_recipe(driver: str, name: str) -> Callable[[RecipeFn], RecipeFn]:
 
 
 def lease_dir() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    path = Path(state) / "faultplane" / "leases"
+    path = faultplane_dir("state") / "leases"
     _private_dir(path)
     return path
 
@@ -420,6 +422,19 @@ async def revert_now(ctx: ActivityContext, entry: RevertEntry) -> None:
         result = entry.fn()
         if inspect.isawaitable(result):
             await result
+
+
+async def apply_or_revert(ctx: ActivityContext, entry: RevertEntry, fn: Callable[..., _T], *args: Any) -> _T:
+    """Apply a fault's change, `fn(*args)` in a worker thread, once its revert is leased. A change that fails in
+    any way (an error, a cancellation) may have done part of its work, so the revert runs before the error
+    goes on."""
+    import anyio
+
+    try:
+        return await anyio.to_thread.run_sync(fn, *args)
+    except BaseException:
+        await revert_now(ctx, entry)
+        raise
 
 
 async def hold_then_revert(ctx: ActivityContext, entry: RevertEntry, duration_s: float | None) -> bool:

@@ -30,7 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
-from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
+from faultplane.drivers.leases import (
+    apply_or_revert,
+    hold_then_revert,
+    leased_revert,
+    revert_now,
+    revert_recipe,
+)
 from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
@@ -110,22 +116,27 @@ def _lease_tagged(ctx: ActivityContext, dsn: str, tag: str, label: str) -> Rever
     )
 
 
-def _release(dsn: str, tag: str) -> None:
-    """Close the fault's connections and wait (bounded) until the server has let their backends go, so the
-    slots are really free again when the revert returns."""
-    _close_held(tag)
-    deadline = time.monotonic() + 5.0
+def _wait_gone(dsn: str, tag: str, timeout: float = 5.0) -> None:
+    """Wait (bounded) until the server has let the tagged backends go, so the slots are really free again
+    when the revert returns. Best effort: the revert itself never depends on getting a connection."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with _connect(dsn) as conn:
+            with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
                 left = _scalar(
                     conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [tag]
                 )
-        except DriverError:
+        except psycopg.Error:
             left = -1
         if left == 0:
             return
         time.sleep(0.02)
+
+
+def _release(dsn: str, tag: str) -> None:
+    """Close the fault's connections and wait (bounded) until the server has let their backends go."""
+    _close_held(tag)
+    _wait_gone(dsn, tag)
 
 
 @revert_recipe("postgres", "terminate_tagged")
@@ -203,23 +214,6 @@ class ExhaustParams(_Dsn):
     )
 
 
-def _wait_gone(dsn: str, tag: str, timeout: float = 5.0) -> None:
-    """Wait (bounded) until the server has let the tagged backends go, so the slots are really free again
-    when the revert returns. Best effort: the revert itself never depends on getting a connection."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
-                left = _scalar(
-                    conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [tag]
-                )
-        except psycopg.Error:
-            left = -1
-        if left == 0:
-            return
-        time.sleep(0.02)
-
-
 @revert_recipe("postgres", "kill_holder")
 def _recipe_kill_holder(args: dict[str, Any]) -> None:
     # The holder's sockets close when it dies, and the backends exit: no connection slot is needed, which
@@ -295,11 +289,7 @@ async def lock_table(ctx: ActivityContext, p: LockParams) -> dict[str, Any]:
     # connect first: a connection that fails has locked nothing, so it leaves no lease behind
     conn = await anyio.to_thread.run_sync(lambda: _connect(p.dsn, application_name=tag, autocommit=False))
     entry = _lease_tagged(ctx, p.dsn, tag, f"postgres: release {p.mode} lock on {p.table}")
-    try:
-        await anyio.to_thread.run_sync(_lock, conn, tag, p.table, p.mode)
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
+    await apply_or_revert(ctx, entry, _lock, conn, tag, p.table, p.mode)
     result: dict[str, Any] = {"table": p.table, "mode": p.mode, "application_name": tag}
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["released_after_s"] = p.duration_seconds
@@ -587,13 +577,9 @@ async def idle_transaction(ctx: ActivityContext, p: IdleTransactionParams) -> di
         _held[tag] = conns
     entry = _lease_tagged(ctx, p.dsn, tag, f"postgres: end {p.sessions} idle transaction(s) ({tag})")
     try:
-        xids = await anyio.to_thread.run_sync(_open_idle, conns, p.statement)
+        xids = await apply_or_revert(ctx, entry, _open_idle, conns, p.statement)
     except psycopg.Error as exc:
-        await revert_now(ctx, entry)
         raise DriverError(f"statement: {mask_text(str(exc).strip())}") from None
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
     result: dict[str, Any] = {"application_name": tag, "sessions": p.sessions, "xids": xids}
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["ended_after_s"] = p.duration_seconds
@@ -817,13 +803,9 @@ async def replication_lag(ctx: ActivityContext, p: ReplicationLagParams) -> dict
 
         result = {"mode": "delay", "recovery_min_apply_delay": applied}
     try:
-        await anyio.to_thread.run_sync(apply)
+        await apply_or_revert(ctx, entry, apply)
     except psycopg.Error as exc:
-        await revert_now(ctx, entry)
         raise DriverError(f"replica_dsn: {mask_text(str(exc).strip())}") from None
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["ended_after_s"] = p.duration_seconds
     return result
@@ -1021,11 +1003,7 @@ async def failover(ctx: ActivityContext, p: FailoverParams) -> dict[str, Any]:
         _wait_role(p.replica_dsn, False, p.timeout_seconds)
         return time.monotonic() - t0
 
-    try:
-        took = await anyio.to_thread.run_sync(apply)
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
+    took = await apply_or_revert(ctx, entry, apply)
     result: dict[str, Any] = {
         "promoted": _address(p.replica_dsn),
         "primary_stopped": p.primary_data_dir is not None,

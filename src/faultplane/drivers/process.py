@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
+from faultplane.drivers.workers import wait_workers
 
 __all__ = ["ProcessSelector", "find_processes"]
 
@@ -261,13 +262,9 @@ async def _run_stress(ctx: ActivityContext, label: str, procs: list[psutil.Popen
     if not p.wait:
         return result
     try:
-        deadline = time.monotonic() + p.duration_seconds + 10
-        while any(pr.poll() is None for pr in procs) and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
-        failed = [pr for pr in procs if pr.returncode not in (0, None)]
+        failed = await wait_workers(procs, p.duration_seconds + 10, 0.05)
         if failed:
-            err = failed[0].stderr.read().decode(errors="replace")[-500:] if failed[0].stderr else ""
-            raise DriverError(f"{label}: worker exited with {failed[0].returncode}: {err}")
+            raise DriverError(f"{label}: worker exited with {failed[0]}: {failed[1][-500:]}")
     finally:
         await revert_now(ctx, entry)
     return result

@@ -23,7 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.holder import hold_connections, kill_holder
-from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe, withdraw
+from faultplane.drivers.leases import (
+    apply_or_revert,
+    hold_then_revert,
+    leased_revert,
+    revert_now,
+    revert_recipe,
+    withdraw,
+)
 from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
@@ -764,11 +771,7 @@ async def sentinel_failover(ctx: ActivityContext, p: SentinelFailoverParams) -> 
             raise DriverError(f"sentinel_{_err('SENTINEL FAILOVER', exc, p.sentinel_url)}") from None
         return new, time.monotonic() - t0
 
-    try:
-        new, took = await anyio.to_thread.run_sync(apply)
-    except BaseException:
-        await revert_now(ctx, entry)
-        raise
+    new, took = await apply_or_revert(ctx, entry, apply)
     result: dict[str, Any] = {"old_master": original, "new_master": new, "failover_in_s": round(took, 3)}
     if await hold_then_revert(ctx, entry, p.duration_seconds):
         result["failed_back_after_s"] = p.duration_seconds

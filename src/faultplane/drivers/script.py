@@ -34,6 +34,7 @@ import anyio
 import jsonschema
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from faultplane.core.paths import faultplane_dir
 from faultplane.drivers.base import BUILTIN_DRIVERS, ActivityContext, DriverError, action, probe
 from faultplane.drivers.leases import leased_revert, revert_recipe, update_lease_args
 
@@ -60,9 +61,7 @@ class Plugin:
 
 def plugin_dirs() -> list[Path]:
     dirs = [Path(p) for p in os.environ.get("FAULTPLANE_PLUGIN_PATH", "").split(os.pathsep) if p]
-    cfg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    dirs += [Path(cfg) / "faultplane" / "plugins", Path(data) / "faultplane" / "plugins"]
+    dirs += [faultplane_dir("config") / "plugins", faultplane_dir("data") / "plugins"]
     return dirs
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from faultplane.core.formats import ExperimentError, ValidationIssue
+from faultplane.core.formats import ExperimentError
 from faultplane.core.store import Store
 from faultplane.drivers.base import get_activity
 from faultplane.engine.plan import Plan
@@ -34,12 +34,8 @@ def _load_policy(policy_path: str | Path | None) -> Any | None:
     try:
         return load_policy(policy_path)
     except PolicyError as exc:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="policy", message=str(exc), fix="correct the policy file or pass --policy"
-                )
-            ]
+        raise ExperimentError.one(
+            field="policy", message=str(exc), fix="correct the policy file or pass --policy"
         ) from None
 
 

@@ -37,7 +37,7 @@ class Analyse(RunnerBase):
     def analyse(self) -> Journal:
         """Phase 4: the run's outcome into the journal, which it finishes and returns."""
         st = self.state
-        self.writer.emit({"event": "phase", "phase": "analyse", "at": now().isoformat()})
+        self.enter_phase("analyse")
         if st.interrupted:
             status = "interrupted"
         elif st.status in ("failed", "aborted"):

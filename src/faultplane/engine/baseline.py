@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 
 from faultplane.core.model import Activity
-from faultplane.engine.journal import now
 from faultplane.engine.providers import execute_provider
 from faultplane.engine.runner import RunnerBase
 from faultplane.engine.strategies import ctk_outcome, runs_before
@@ -22,7 +21,7 @@ class Baseline(RunnerBase):
         """Phase 1; False when the run stops before the method (its status and error say why)."""
         st = self.state
         strategy = self.exp.runtime.hypothesis.strategy
-        self.writer.emit({"event": "phase", "phase": "baseline", "at": now().isoformat()})
+        self.enter_phase("baseline")
         if runs_before(strategy):
             st.before_met = await self.check_hypothesis("before")
             if st.before_met is False:

@@ -95,14 +95,10 @@ def load_global_controls(
             out.settings = settings
             block = settings.get("controls") or {}
             if not isinstance(block, dict):
-                raise ExperimentError(
-                    [
-                        ValidationIssue(
-                            field=f"--settings {path}: controls",
-                            message=f"expected a mapping of names to controls, got {type(block).__name__}",
-                            fix="write `controls: {NAME: {provider: {type: python, module: ...}}}`",
-                        )
-                    ]
+                raise ExperimentError.one(
+                    field=f"--settings {path}: controls",
+                    message=f"expected a mapping of names to controls, got {type(block).__name__}",
+                    fix="write `controls: {NAME: {provider: {type: python, module: ...}}}`",
                 )
             sources.append((f"--settings {path}: controls", block))
     for control_file in control_files:
@@ -113,14 +109,10 @@ def load_global_controls(
     for where, block in sources:
         for name, control in block.items():
             if not isinstance(control, dict) or not isinstance(control.get("provider"), dict):
-                raise ExperimentError(
-                    [
-                        ValidationIssue(
-                            field=f"{where}.{name}",
-                            message="a control needs a `provider`",
-                            fix="write `provider: {type: python, module: MODULE}`",
-                        )
-                    ]
+                raise ExperimentError.one(
+                    field=f"{where}.{name}",
+                    message="a control needs a `provider`",
+                    fix="write `provider: {type: python, module: MODULE}`",
                 )
             control = {**control, "name": name}
             if control["provider"].get("type", "python") == "python" and _module(control) is None:
@@ -237,6 +229,15 @@ def unloadable_controls(experiment: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _declared(func: Callable[..., Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The values of `extra` whose names `func` declares: as chaoslib, a control gets only what it asks for."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in extra.items() if k in params}
+
+
 class Controls:
     """The controls of one run."""
 
@@ -306,10 +307,6 @@ class Controls:
         if func is None:
             return True
         arguments = copy.deepcopy((control.get("provider") or {}).get("arguments") or {})
-        try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
         extra = {
             "experiment": self.experiment,
             "secrets": self.secrets,
@@ -317,7 +314,7 @@ class Controls:
             "settings": settings,
             "event_registry": None,
         }
-        arguments.update({k: v for k, v in extra.items() if k in params})
+        arguments.update(_declared(func, extra))
         try:
             func(**arguments)
         except Exception as exc:  # as chaoslib: logged, the run goes on
@@ -350,10 +347,6 @@ class Controls:
             provider = control.get("provider") or {}
             arguments = copy.deepcopy(provider.get("arguments") or {})
             arguments = substitute_like_ctk(arguments, self.configuration, self.secrets)
-            try:
-                params = inspect.signature(func).parameters
-            except (TypeError, ValueError):
-                params = {}  # type: ignore[assignment]
             extra = {
                 "secrets": self.secrets,
                 "configuration": self.configuration,
@@ -362,7 +355,7 @@ class Controls:
                 "extensions": self.experiment.get("extensions"),
                 "settings": self.settings,
             }
-            arguments.update({k: v for k, v in extra.items() if k in params})
+            arguments.update(_declared(func, extra))
             try:
                 func(context=context, **arguments)
             except Exception as exc:  # a control never fails the run (chaoslib logs and goes on)

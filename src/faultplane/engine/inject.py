@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 
 from faultplane.core.model import Activity
-from faultplane.engine.journal import now
 from faultplane.engine.providers import execute_provider, jsonable
 from faultplane.engine.runner import RunnerBase
 from faultplane.engine.strategies import ctk_outcome, runs_after, runs_during
@@ -22,7 +21,7 @@ class Inject(RunnerBase):
         """Phase 2 (after a baseline that held)."""
         st = self.state
         strategy = self.exp.runtime.hypothesis.strategy
-        self.writer.emit({"event": "phase", "phase": "inject", "at": now().isoformat()})
+        self.enter_phase("inject")
         st.method_started = True
         method_scope = anyio.CancelScope()
         inline = self.ctx.inline

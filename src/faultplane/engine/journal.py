@@ -17,6 +17,7 @@ from typing import Any
 
 from faultplane.core.config import mask_secrets
 from faultplane.core.model import ActivityRun, Journal
+from faultplane.core.paths import faultplane_dir
 from faultplane.core.store import Store
 from faultplane.core.telemetry import emit_journal_spans
 from faultplane.engine.providers import jsonable
@@ -29,8 +30,7 @@ def now() -> datetime:
 
 
 def journal_dir() -> Path:
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "faultplane" / "journals"
+    return faultplane_dir("data") / "journals"
 
 
 def _apply(journal: Journal, event: dict[str, Any]) -> None:

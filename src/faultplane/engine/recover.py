@@ -22,7 +22,7 @@ class Recover(RunnerBase):
     async def recover(self) -> None:
         """Phase 3: rollbacks as the strategy says, every registered revert, then the recovery check."""
         st = self.state
-        self.writer.emit({"event": "phase", "phase": "recover", "at": now().isoformat()})
+        self.enter_phase("recover")
         strategy = self.exp.runtime.rollbacks.strategy
         # a steady state refuted after the method is the main case `deviated` exists for
         deviated_so_far = st.status in ("failed", "aborted") or st.during_failed or st.after_met is False

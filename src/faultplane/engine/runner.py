@@ -143,6 +143,10 @@ class RunnerBase:
                 if isinstance(item, Activity):
                     self._dumped[id(item)] = entry
 
+    def enter_phase(self, phase: str) -> None:
+        """Mark in the journal where a phase (baseline, inject, recover, analyse) starts."""
+        self.writer.emit({"event": "phase", "phase": phase, "at": now().isoformat()})
+
     def _fault_held(self, label: str, seconds: float) -> None:
         """A fault stays for its duration, then is undone: the listener shows a countdown to that moment."""
         until = now() + datetime.timedelta(seconds=seconds)

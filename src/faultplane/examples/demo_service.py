@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from faultplane.examples.bodies import decode_body
+from faultplane.examples.serving import run_server
 
 try:
     from faultplane.faultpoint import fault_point
@@ -91,14 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
-    print(f"listening on {server.server_address[1]}", flush=True)
-    try:
-        server.serve_forever(poll_interval=0.1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        sys.stdout.flush()
+    run_server(server, "listening on")
 
 
 if __name__ == "__main__":

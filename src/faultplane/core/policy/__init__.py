@@ -13,67 +13,36 @@ One module per concern, imported here so `faultplane.core.policy.X` keeps workin
 
 from __future__ import annotations
 
+from faultplane.core.policy import decide, forbidden, gate_checks, identity, model, normalize, stages, verdict
 from faultplane.core.policy.approvals import _fault_types
-from faultplane.core.policy.decide import evaluate
-from faultplane.core.policy.forbidden import ForbiddenJudge, find_forbidden
-from faultplane.core.policy.gate_checks import check_gates
-from faultplane.core.policy.identity import approval_hash, content_hash, experiment_family
+from faultplane.core.policy.decide import *  # noqa: F403
+from faultplane.core.policy.forbidden import *  # noqa: F403
+from faultplane.core.policy.gate_checks import *  # noqa: F403
+from faultplane.core.policy.identity import *  # noqa: F403
 from faultplane.core.policy.inventory import Inventory, undeclared
 from faultplane.core.policy.layers import also_from, load_policy, load_policy_file
-from faultplane.core.policy.model import (
-    KNOWN_FAULT_TYPES,
-    POLICY_FILENAMES,
-    ApprovalRules,
-    BlastRadiusRules,
-    ForbiddenRules,
-    GateRules,
-    LabelRule,
-    Policy,
-    PolicyError,
-    Stage,
-)
-from faultplane.core.policy.normalize import _compiled_globs, camel_forms, normalize_text
-from faultplane.core.policy.stages import (
-    advice_after_run,
-    effective_radius,
-    forget_runs,
-    green_streak,
-    three_greens_advice,
-)
-from faultplane.core.policy.verdict import PolicyDecision, Violation
+from faultplane.core.policy.model import *  # noqa: F403
+from faultplane.core.policy.normalize import *  # noqa: F403
+from faultplane.core.policy.normalize import _compiled_globs
+from faultplane.core.policy.stages import *  # noqa: F403
+from faultplane.core.policy.verdict import *  # noqa: F403
 
+# Every public name of these modules is the package's face, so their own `__all__` is the one list of those
+# names; of the other modules, only the names other code imports from the package.
 __all__ = [
-    "KNOWN_FAULT_TYPES",
-    "POLICY_FILENAMES",
-    "ApprovalRules",
-    "BlastRadiusRules",
-    "ForbiddenJudge",
-    "ForbiddenRules",
-    "GateRules",
+    *decide.__all__,
+    *forbidden.__all__,
+    *gate_checks.__all__,
+    *identity.__all__,
+    *model.__all__,
+    *normalize.__all__,
+    *stages.__all__,
+    *verdict.__all__,
     "Inventory",
-    "LabelRule",
-    "Policy",
-    "PolicyDecision",
-    "PolicyError",
-    "Stage",
-    "Violation",
     "_compiled_globs",
     "_fault_types",
-    "advice_after_run",
     "also_from",
-    "approval_hash",
-    "camel_forms",
-    "check_gates",
-    "content_hash",
-    "effective_radius",
-    "evaluate",
-    "experiment_family",
-    "find_forbidden",
-    "forget_runs",
-    "green_streak",
     "load_policy",
     "load_policy_file",
-    "normalize_text",
-    "three_greens_advice",
     "undeclared",
 ]

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from faultplane.core.issues import dotted_path
 from faultplane.core.policy.matching import _TOKEN_SPLIT, RuleMatcher
 from faultplane.core.policy.model import ForbiddenRules
 from faultplane.core.policy.normalize import (
@@ -71,16 +72,6 @@ def _is_title_name(node: Mapping[str, Any], path: tuple[str | int, ...]) -> bool
     return "provider" in node and node.get("type") in ("action", "probe")
 
 
-def _fmt_path(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for p in path:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        else:
-            out += ("." if out else "") + str(p)
-    return out or "(experiment)"
-
-
 class _Scanner(RuleMatcher):
     """Walks one experiment and records every place that names production (one finding per place)."""
 
@@ -98,7 +89,7 @@ class _Scanner(RuleMatcher):
         self._clean: set[tuple[str, str | None, bool]] = set()
 
     def _add(self, rule: str, path: tuple[str | int, ...], message: str) -> None:
-        where = _fmt_path(path)
+        where = dotted_path(path, "(experiment)")
         if where in self._seen:
             return  # one finding per place is enough to refuse and to fix
         self._seen.add(where)

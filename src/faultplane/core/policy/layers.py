@@ -31,6 +31,7 @@ import yaml
 from pydantic import ValidationError
 
 from faultplane.core.formats import load_yaml
+from faultplane.core.paths import faultplane_dir
 from faultplane.core.policy.combine import _below_floor, _floor, combine
 from faultplane.core.policy.model import POLICY_FILENAMES, ForbiddenRules, Policy, PolicyError
 
@@ -79,7 +80,7 @@ _USER_POLICY_NAMES = ("policy.yaml", "policy.yml")
 
 
 def user_policy_path() -> Path | None:
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "faultplane"
+    base = faultplane_dir("config")
     for name in _USER_POLICY_NAMES:
         if (base / name).is_file():
             return base / name

@@ -48,7 +48,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from faultplane.examples.payment.common import JsonHandler, serve
+from faultplane.examples.payment.common import JsonHandler, serve, service_routes
 
 __all__ = ["DEFAULT_POLICY", "main", "validate_policy"]
 
@@ -307,10 +307,6 @@ def health(body: Any) -> tuple[int, Any]:
     return 200, {"status": "ok"}
 
 
-def stats(body: Any) -> tuple[int, Any]:
-    return 200, _caller().stats()
-
-
 def config(body: Any) -> tuple[int, Any]:
     c = _caller()
     if not isinstance(body, dict):
@@ -323,19 +319,10 @@ def config(body: Any) -> tuple[int, Any]:
     return 200, {"previous": previous, "policy": new, "stats": snapshot}
 
 
-def reset(body: Any) -> tuple[int, Any]:
-    _caller().reset()
-    return 200, {"reset": True}
-
-
 class Handler(JsonHandler):
-    routes = {
-        ("POST", "/pay"): pay,
-        ("GET", "/health"): health,
-        ("GET", "/admin/stats"): stats,
-        ("POST", "/admin/config"): config,
-        ("POST", "/admin/reset"): reset,
-    }
+    routes = service_routes(
+        _caller, {("POST", "/pay"): pay, ("GET", "/health"): health, ("POST", "/admin/config"): config}
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

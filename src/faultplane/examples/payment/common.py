@@ -6,15 +6,15 @@ import json
 import math
 import select
 import socket
-import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from faultplane.examples.bodies import decode_body
+from faultplane.examples.serving import run_server
 
-__all__ = ["CURRENT", "JsonHandler", "percentile", "serve"]
+__all__ = ["CURRENT", "JsonHandler", "percentile", "serve", "service_routes"]
 
 Route = Callable[[Any], tuple[int, Any]]
 # the handler serving this thread's request, for routes that look at the connection (has the client left?)
@@ -92,18 +92,26 @@ class JsonHandler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
 
+def service_routes(
+    state: Callable[[], Any], routes: dict[tuple[str, str], Route]
+) -> dict[tuple[str, str], Route]:
+    """`routes` plus the admin routes both services answer alike from their state object (`state()`):
+    GET /admin/stats answers its `stats()`, POST /admin/reset calls its `reset()`."""
+
+    def stats(body: Any) -> tuple[int, Any]:
+        return 200, state().stats()
+
+    def reset(body: Any) -> tuple[int, Any]:
+        state().reset()
+        return 200, {"reset": True}
+
+    return {**routes, ("GET", "/admin/stats"): stats, ("POST", "/admin/reset"): reset}
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # bursts of retries must queue in the kernel, not be refused
 
 
 def serve(handler: type[JsonHandler], port: int, name: str) -> None:
-    server = _Server(("127.0.0.1", port), handler)
-    print(f"{name} listening on {server.server_address[1]}", flush=True)
-    try:
-        server.serve_forever(poll_interval=0.1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        sys.stdout.flush()
+    run_server(_Server(("127.0.0.1", port), handler), f"{name} listening on")

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-from faultplane.examples.payment.common import CURRENT, JsonHandler, percentile, serve
+from faultplane.examples.payment.common import CURRENT, JsonHandler, percentile, serve, service_routes
 from faultplane.examples.payment.pool import Pool, PoolTimeout, make_pool
 
 __all__ = ["main"]
@@ -164,10 +164,6 @@ def health(body: Any) -> tuple[int, Any]:
     return 200, {"status": "ok", "pool_size": _state().pool.size}
 
 
-def stats(body: Any) -> tuple[int, Any]:
-    return 200, _state().stats()
-
-
 def set_pool(body: Any) -> tuple[int, Any]:
     st = _state()
     if not isinstance(body, dict):
@@ -193,19 +189,10 @@ def set_pool(body: Any) -> tuple[int, Any]:
     return 200, {"previous_size": previous, "size": size, "stats": snapshot}
 
 
-def reset(body: Any) -> tuple[int, Any]:
-    _state().reset()
-    return 200, {"reset": True}
-
-
 class Handler(JsonHandler):
-    routes = {
-        ("POST", "/pay"): pay,
-        ("GET", "/health"): health,
-        ("GET", "/admin/stats"): stats,
-        ("POST", "/admin/pool"): set_pool,
-        ("POST", "/admin/reset"): reset,
-    }
+    routes = service_routes(
+        _state, {("POST", "/pay"): pay, ("GET", "/health"): health, ("POST", "/admin/pool"): set_pool}
+    )
 
     def answer_lost(self, path: str) -> None:
         if path == "/pay" and STATE is not None:
