@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_helpers import free_port, suite_helpers, wait_port
+from bench_helpers import free_port, stop, suite_helpers, wait_port
 
 SERVER = """
 import sys
@@ -202,14 +202,9 @@ def main() -> int:
                 )
             rows.append(("http (json, stateless)", direct, proxied, cpu))
         finally:
+            # the proxy writes its last records to the store first: slow on a loaded machine
             for p in procs:
-                p.terminate()
-                try:
-                    # the proxy writes its last records to the store first: slow on a loaded machine
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+                stop(p, timeout=60)
 
     print(
         f"plane proxy added latency, empty plan, {args.calls} sequential tools/call per side, interleaved in blocks of {BLOCK} (ms)"

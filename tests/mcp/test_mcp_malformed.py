@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from mcp_helpers import HttpServer, ServerEnv, server_argv
 
 from jsonrpc_helpers import initialize, tool_call
+from proc_helpers import wait_or_kill
 
 pytestmark = pytest.mark.anyio
 
@@ -354,11 +355,7 @@ class StdioPeer:
     def close(self) -> None:
         if self.proc.stdin:
             self.proc.stdin.close()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        wait_or_kill(self.proc, 15)
 
 
 def test_stdio_200_generated_malformed_messages_get_the_errors_json_rpc_requires(
