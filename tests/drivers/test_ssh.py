@@ -12,7 +12,7 @@ import pytest
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
-from proc_helpers import eventually
+from proc_helpers import eventually, process_status
 from proc_helpers import sleepers as sleepers_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -36,10 +36,7 @@ def sleepers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
 
 
 def _stopped(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
-    except psutil.NoSuchProcess:
-        return False
+    return process_status(pid) == psutil.STATUS_STOPPED
 
 
 async def test_process_count_and_kill_with_restart(target, sleepers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
