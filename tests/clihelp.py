@@ -38,6 +38,21 @@ def run_cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.
     )
 
 
+def small_experiment(title: str = "small") -> dict[str, Any]:
+    """The smallest whole run a user tries first: one steady-state probe and one action, both the python
+    function os.path.isdir("/"), which holds on any machine."""
+    probe = {"type": "python", "module": "os.path", "func": "isdir", "arguments": {"s": "/"}}
+    return {
+        "title": title,
+        "description": "one probe, one action",
+        "steady-state-hypothesis": {
+            "title": "root is there",
+            "probes": [{"type": "probe", "name": "root", "tolerance": True, "provider": probe}],
+        },
+        "method": [{"type": "action", "name": "look", "provider": probe}],
+    }
+
+
 def rollback_recorder(marker: Path) -> dict[str, Any]:
     """A rollback action that appends "rolled back" to the marker file, so a test sees that it ran."""
     return {
