@@ -73,6 +73,19 @@ def write_experiment(folder: Path, doc: dict[str, Any], name: str = "exp.yaml") 
     return path
 
 
+def bash_payload(command: str, cwd: Path) -> dict[str, Any]:
+    """The PreToolUse JSON Claude Code feeds a hook before it runs `command` in its Bash tool in `cwd`."""
+    return {
+        "session_id": "s-1",
+        "transcript_path": str(cwd / "transcript.jsonl"),
+        "cwd": str(cwd),
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "run a chaos experiment"},
+    }
+
+
 def hook_project(root: Path, prod_env: str = "prod") -> Path:
     """A git project of experiments the hook judges: allowed ones (exp.yaml, experiments/ok.json), one whose
     target is labelled `prod_env` (prod.yaml), a prod URL in its configuration (url.yaml) used through a
