@@ -31,7 +31,7 @@ from faultplane.engine.controls import GlobalControls, load_global_controls
 from faultplane.services.ctk import DIFFERENCES, cli_overrides
 from faultplane.services.experiments import run_experiment, validate_experiment
 from faultplane.services.runs import load_journal
-from servers import http_server
+from servers import http_server, send_json
 
 COMPAT = Path(__file__).parent / "ctk" / "compat"
 META: dict[str, dict[str, Any]] = yaml.safe_load((COMPAT / "compat.yaml").read_text())
@@ -126,19 +126,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self) -> None:
         routes = {
             "/health": (200, b'{"status": "ok", "services": [{"name": "db", "up": true}]}'),
             "/broken": (500, b'{"status": "down"}'),
         }
-        self._send(*routes.get(self.path, (404, b'{"error": "not found"}')))
+        send_json(self, *routes.get(self.path, (404, b'{"error": "not found"}')))
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
@@ -148,7 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
             as_json = None
         form = {k: v[0] for k, v in urllib.parse.parse_qs(body).items()} if as_json is None else None
         reply = {"received": len(body), "json": as_json, "form": form}
-        self._send(200 if self.path == "/echo" else 404, json.dumps(reply).encode())
+        send_json(self, 200 if self.path == "/echo" else 404, reply)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from faultplane.core.store import Store
+from servers import send_json
 
 BASE: dict[str, Any] = {
     "title": "Payment DB latency",
@@ -220,12 +221,7 @@ class DegradableService:
                     time.sleep(latency)
                 failing = rate > 0 and (n % max(1, round(1 / rate)) == 0)
                 status = 500 if failing else 200
-                body = json.dumps({"ok": not failing, "n": n}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_json(self, status, {"ok": not failing, "n": n})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

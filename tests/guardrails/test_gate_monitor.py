@@ -3,7 +3,6 @@ a real (small) load generator, and an HTTP endpoint speaking the Prometheus quer
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -19,7 +18,7 @@ from guard_helpers import DegradableService
 from faultplane.core.gates import GateSpec
 from faultplane.engine.gates import GateMonitor
 from faultplane.engine.sli import LoadFigures, SliError, SliSources, missing_sources, to_number
-from servers import http_server
+from servers import http_server, send_json
 
 pytestmark = pytest.mark.anyio
 
@@ -291,12 +290,7 @@ def prometheus() -> Iterator[tuple[str, FakePrometheusState]]:
                 self.end_headers()
                 return
             state.queries.append(parse_qs(parsed.query)["query"][0])
-            body = json.dumps(state.body).encode()
-            self.send_response(state.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_json(self, state.status, state.body)
 
     with http_server(Handler) as url:
         yield url, state
