@@ -27,8 +27,11 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, env=env(), timeout=timeout)
 
 
-def run_cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`python -m faultplane.cli.main ARGS` in `env`, its output captured as text."""
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`python -m faultplane.cli.main ARGS` in `env` (this process's own when None), its output captured as
+    text."""
     return subprocess.run(
         [sys.executable, "-m", "faultplane.cli.main", *args],
         capture_output=True,
