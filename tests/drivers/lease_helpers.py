@@ -1,5 +1,5 @@
-"""Lease tests' tools: `reap` as the watchdog runs it (another process), and the cleanup of the watchdogs their
-controllers started, which outlive the test otherwise."""
+"""Lease tests' tools: `reap` as the watchdog runs it (another process), a controller killed and its reverts
+awaited, and the cleanup of the watchdogs their controllers started, which outlive the test otherwise."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 import psutil
@@ -22,6 +23,22 @@ def stop_watchdogs() -> None:
         alive = text.isdigit() and psutil.pid_exists(int(text))
         if alive and "faultplane.drivers.leases" in " ".join(psutil.Process(int(text)).cmdline()):
             os.kill(int(text), signal.SIGTERM)
+
+
+def reverted_after_kill(
+    ctl: subprocess.Popen[str], run_id: str, count: int, timeout: float = 60
+) -> list[Any]:
+    """SIGKILL the controller `ctl`, check its watchdog reverts every lease within `timeout` seconds, and return the
+    outcome rows of `run_id` once `count` are written (each just after its revert returns)."""
+    ctl.kill()
+    ctl.wait(5)
+    deadline = time.monotonic() + timeout
+    while leases.list_leases() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leases.list_leases() == []
+    while len(rows := leases.outcomes(run_id)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return rows
 
 
 def reap(*flags: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from lease_helpers import stop_watchdogs
+from lease_helpers import reverted_after_kill, stop_watchdogs
 from test_hostnet import _has_netem
 from test_lease_hygiene import STEPS_CONTROLLER
 
@@ -424,14 +424,7 @@ def test_watchdog_reverts_the_queue_rule_after_the_controller_is_sigkilled(pair,
         (lease,) = leases.list_leases()
         helper = int(lease.args["pid"])
         assert _alive(helper) and len(_chains(pair)) == 6
-        ctl.kill()
-        ctl.wait(5)
-        deadline = time.monotonic() + 60
-        while leases.list_leases() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert leases.list_leases() == []
-        while not (rows := leases.outcomes("nq-sigkill")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        rows = reverted_after_kill(ctl, "nq-sigkill", 1)
         assert [r["ok"] for r in rows] == [True], rows
         assert _chains(pair) == []
         assert not _alive(helper)

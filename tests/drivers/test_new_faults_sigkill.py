@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import psutil
 import psycopg
 import pytest
-from lease_helpers import stop_watchdogs
+from lease_helpers import reverted_after_kill, stop_watchdogs
 from test_hostres import _FORKER
 from test_lease_hygiene import STEPS_CONTROLLER
 
@@ -81,14 +80,7 @@ def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server,
         assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
         assert write_fails() and _fork(forker) == "EAGAIN" and stress()
         assert len(leases.list_leases()) == 3
-        ctl.kill()
-        ctl.wait(5)
-        deadline = time.monotonic() + 60
-        while leases.list_leases() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert leases.list_leases() == []
-        while len(rows := leases.outcomes("sigkill-new")) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)  # each outcome is written just after its revert returns
+        rows = reverted_after_kill(ctl, "sigkill-new", 3)
         assert sorted(r["ok"] for r in rows) == [True, True, True], rows
         assert not write_fails()
         assert _fork(forker) == "ok"
