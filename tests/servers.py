@@ -82,6 +82,29 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
     handler.wfile.write(data)
 
 
+class StatusPages(BaseHTTPRequestHandler):
+    """A service's status pages, for HTTP probes: GET /health (JSON, healthy), /broken (500), /text (plain text);
+    anything else 404."""
+
+    protocol_version = "HTTP/1.1"
+    ROUTES = {
+        "/health": (200, b'{"status": "ok", "services": [{"name": "db", "up": true}]}'),
+        "/broken": (500, b'{"status": "down"}'),
+        "/text": (200, b"all systems nominal"),
+    }
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        status, body = self.ROUTES.get(self.path, (404, b'{"error": "not found"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json" if body.startswith(b"{") else "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 @contextlib.contextmanager
 def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """A threaded HTTP server answering with `handler` on a free loopback port, yielding its base URL."""

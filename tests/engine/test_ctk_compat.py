@@ -17,7 +17,6 @@ import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from faultplane.engine.controls import GlobalControls, load_global_controls
 from faultplane.services.ctk import DIFFERENCES, cli_overrides
 from faultplane.services.experiments import run_experiment, validate_experiment
 from faultplane.services.runs import load_journal
-from servers import http_server, send_json
+from servers import StatusPages, http_server, send_json
 
 COMPAT = Path(__file__).parent / "ctk" / "compat"
 META: dict[str, dict[str, Any]] = yaml.safe_load((COMPAT / "compat.yaml").read_text())
@@ -120,18 +119,8 @@ def _order(name: str) -> int:
     return int(name.split("-", 1)[0])
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        routes = {
-            "/health": (200, b'{"status": "ok", "services": [{"name": "db", "up": true}]}'),
-            "/broken": (500, b'{"status": "down"}'),
-        }
-        send_json(self, *routes.get(self.path, (404, b'{"error": "not found"}')))
+class _Handler(StatusPages):
+    """The status pages, and POST /echo, which answers what it received (as JSON, as a form or neither)."""
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
