@@ -3,7 +3,6 @@ a PostgreSQL error trigger, a PID-limited process and a CPU stress over SSH, all
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import uuid
@@ -12,9 +11,8 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
-from lease_helpers import reverted_after_kill, stop_watchdogs
+from lease_helpers import controller, reverted_after_kill
 from test_hostres import _FORKER
-from test_lease_hygiene import STEPS_CONTROLLER
 
 from faultplane.drivers import leases
 
@@ -54,12 +52,6 @@ def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server,
         ["hostres", "exhaust_pids", {"pid": forker.pid}],
         ["ssh", "stress", {"hosts": [host], "workers": 1}],
     ]
-    ctl = subprocess.Popen(
-        [sys.executable, "-c", STEPS_CONTROLLER, json.dumps(steps), "sigkill-new", "no-secret-here"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=lease_env,
-    )
 
     def stress() -> list[psutil.Process]:
         return [
@@ -77,21 +69,17 @@ def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server,
                 return True
 
     try:
-        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
-        assert write_fails() and _fork(forker) == "EAGAIN" and stress()
-        assert len(leases.list_leases()) == 3
-        rows = reverted_after_kill(ctl, "sigkill-new", 3)
-        assert sorted(r["ok"] for r in rows) == [True, True, True], rows
-        assert not write_fails()
-        assert _fork(forker) == "ok"
-        assert stress() == []
-        assert "faultplane-pids-" not in Path(f"/proc/{forker.pid}/cgroup").read_text()
+        with controller(steps, "sigkill-new", "no-secret-here", lease_env) as ctl:
+            assert write_fails() and _fork(forker) == "EAGAIN" and stress()
+            assert len(leases.list_leases()) == 3
+            rows = reverted_after_kill(ctl, "sigkill-new", 3)
+            assert sorted(r["ok"] for r in rows) == [True, True, True], rows
+            assert not write_fails()
+            assert _fork(forker) == "ok"
+            assert stress() == []
+            assert "faultplane-pids-" not in Path(f"/proc/{forker.pid}/cgroup").read_text()
     finally:
-        if ctl.poll() is None:
-            ctl.kill()
-            ctl.wait(5)
         forker.kill()
         forker.wait()
-        stop_watchdogs()
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute(f"DROP TABLE {table}")
