@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -88,3 +89,40 @@ def stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
     if proc.poll() is None:
         proc.terminate()
         wait_or_kill(proc, timeout)
+
+
+_FORKER = textwrap.dedent(
+    """
+    import errno, os, subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # an existing descendant
+    print(child.pid, flush=True)
+    for line in sys.stdin:
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            print("ok", flush=True)
+        except OSError as e:
+            print(errno.errorcode[e.errno], flush=True)
+    child.kill()
+    """
+)
+
+
+def start_forker() -> tuple[subprocess.Popen[str], int]:
+    """A process that forks once for each `fork` call (for PID exhaustion faults), and the pid of the child it
+    keeps alive throughout; the caller kills it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def fork(forker: subprocess.Popen[str]) -> str:
+    """Have `forker` fork once: "ok", or the errno's name when it could not (EAGAIN when out of PIDs)."""
+    assert forker.stdin is not None and forker.stdout is not None
+    forker.stdin.write("fork\n")
+    forker.stdin.flush()
+    return forker.stdout.readline().strip()

@@ -20,13 +20,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 @pytest.fixture
 def target(sshd_server) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    return {
-        "host": sshd_server.host,
-        "port": sshd_server.port,
-        "username": sshd_server.username,
-        "client_keys": [str(sshd_server.client_key)],
-        "known_hosts": str(sshd_server.known_hosts),
-    }
+    return sshd_server.target()
 
 
 @pytest.fixture
