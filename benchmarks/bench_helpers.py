@@ -77,6 +77,22 @@ def probes_experiment(n: int, title: str, description: str) -> dict:
     }
 
 
+def sdk_server(name: str, tools: str) -> str:
+    """The source of a bare MCP SDK server `name` with `tools` (functions under `@mcp.tool()`): it serves stdio,
+    or, run with `http PORT`, stateless streamable HTTP answering JSON on 127.0.0.1:PORT."""
+    return f"""
+import sys
+from mcp.server import MCPServer
+mcp = MCPServer({name!r}, log_level="WARNING")
+{tools}
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["http"]:
+        mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), json_response=True, stateless_http=True)
+    else:
+        mcp.run()
+"""
+
+
 def suite_helpers(name: str) -> ModuleType:
     """The test suite's helper module tests/NAME.py."""
     tests = str(Path(__file__).resolve().parent.parent / "tests")
