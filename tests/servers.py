@@ -264,36 +264,19 @@ class RedisServer:
         return f"redis://{self.host}:{self.port}/0"
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A Redis server with DEBUG enabled, no persistence, maxclients 200."""
+@contextlib.contextmanager
+def running_redis(base: Path, *options: str) -> Iterator[RedisServer]:
+    """A redis-server on a free loopback port, without persistence, its files in `base`, with the extra `options`
+    (`--requirepass PW`...); the test is skipped where redis-server is not installed."""
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server is not installed (run `make services`)")
-    base = tmp_path_factory.mktemp("redis")
     port = _free_port()
     log = base / "redis.log"
     proc = subprocess.Popen(
         [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(base),
-            "--maxclients",
-            "200",
-            "--enable-debug-command",
-            "yes",
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(log),
+            *(exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+            *("--dir", str(base), "--daemonize", "no", "--logfile", str(log), *options),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -303,6 +286,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield RedisServer("127.0.0.1", port)
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server with DEBUG enabled, no persistence, maxclients 200."""
+    debug = ("--maxclients", "200", "--enable-debug-command", "yes")
+    with running_redis(tmp_path_factory.mktemp("redis"), *debug) as server:
+        yield server
 
 
 # --- sshd -----------------------------------------------------------------------------------------------------

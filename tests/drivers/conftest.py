@@ -32,29 +32,10 @@ def lease_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def redis_auth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A second Redis that requires a password (``REDIS_PASSWORD``): wrong and missing passwords are refused."""
-    import shutil
-    import subprocess
+    from servers import running_redis
 
-    from servers import RedisServer, _free_port, _stop, _wait_port
-
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.skip("redis-server is not installed (run `make services`)")
-    base = tmp_path_factory.mktemp("redis-auth")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            *(exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
-            *("--dir", str(base), "--requirepass", REDIS_PASSWORD, "--logfile", str(base / "redis.log")),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_port(port, proc, "redis-server", base / "redis.log")
-        yield RedisServer("127.0.0.1", port)
-    finally:
-        _stop(proc)
+    with running_redis(tmp_path_factory.mktemp("redis-auth"), "--requirepass", REDIS_PASSWORD) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
