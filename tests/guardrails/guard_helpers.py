@@ -74,17 +74,22 @@ def write_experiment(folder: Path, doc: dict[str, Any], name: str = "exp.yaml") 
     return path
 
 
-def bash_payload(command: str, cwd: Path) -> dict[str, Any]:
-    """The PreToolUse JSON Claude Code feeds a hook before it runs `command` in its Bash tool in `cwd`."""
+def hook_payload(tool: str, tool_input: Any, cwd: Path) -> dict[str, Any]:
+    """The PreToolUse JSON Claude Code feeds a hook before it calls `tool` with `tool_input` in `cwd`."""
     return {
         "session_id": "s-1",
         "transcript_path": str(cwd / "transcript.jsonl"),
         "cwd": str(cwd),
         "permission_mode": "default",
         "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": command, "description": "run a chaos experiment"},
+        "tool_name": tool,
+        "tool_input": tool_input,
     }
+
+
+def bash_payload(command: str, cwd: Path) -> dict[str, Any]:
+    """`hook_payload` of the Bash tool about to run `command`."""
+    return hook_payload("Bash", {"command": command, "description": "run a chaos experiment"}, cwd)
 
 
 def hook_project(root: Path, prod_env: str = "prod") -> Path:

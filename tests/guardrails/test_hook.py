@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment, bash_payload, hook_project
+from guard_helpers import (
+    APPROVER_PASSPHRASE,
+    Approver,
+    base_experiment,
+    bash_payload,
+    hook_payload,
+    hook_project,
+)
 
 from faultplane.core import approval as approvals
 
@@ -34,13 +41,7 @@ def hook(payload: Any, *, raw: str | None = None, timeout: float = 30) -> subpro
 
 
 def mcp(tool: str, tool_input: dict[str, Any], cwd: Path) -> dict[str, Any]:
-    return {
-        "session_id": "s-1",
-        "cwd": str(cwd),
-        "hook_event_name": "PreToolUse",
-        "tool_name": f"mcp__faultplane__{tool}",
-        "tool_input": tool_input,
-    }
+    return hook_payload(f"mcp__faultplane__{tool}", tool_input, cwd)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from guard_helpers import hook_payload
 
 from faultplane.hook.entry import main as hook_main
 
@@ -60,16 +61,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _payload(tool: str, tool_input: dict[str, Any], cwd: Path) -> dict[str, Any]:
-    return {
-        "session_id": "s",
-        "cwd": str(cwd),
-        "hook_event_name": "PreToolUse",
-        "tool_name": tool,
-        "tool_input": tool_input,
-    }
-
-
 Hook = Callable[[str, dict[str, Any]], tuple[int, str]]
 
 
@@ -79,7 +70,7 @@ def hook(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
     stderr."""
 
     def judge(tool: str, tool_input: dict[str, Any]) -> tuple[int, str]:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(_payload(tool, tool_input, project))))
+        monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(hook_payload(tool, tool_input, project))))
         code = hook_main()
         return code, capsys.readouterr().err
 
@@ -163,7 +154,7 @@ def test_the_hook_process_applies_the_inventory(project: Path, command: str, blo
     env = {k: v for k, v in os.environ.items() if k != "FAULTPLANE_POLICY"}
     res = subprocess.run(
         [sys.executable, "-m", "faultplane.hook"],
-        input=json.dumps(_payload("Bash", {"command": command}, project)),
+        input=json.dumps(hook_payload("Bash", {"command": command}, project)),
         capture_output=True,
         text=True,
         timeout=60,
