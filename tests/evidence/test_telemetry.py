@@ -295,32 +295,8 @@ def test_unsupported_settings_warn_once_and_export_nothing(
     assert any("http/protobuf" in r.getMessage() for r in caplog.records)
 
 
-def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) -> None:
-    """A real CLI run with the collector's port closed: the run succeeds, one line says what was dropped."""
-    from clihelp import cli
-
-    use_lab_policy(LAB_POLICY)
-    exp = tmp_path / "exp.json"
-    probe = steady_probe()
-    exp.write_text(
-        json.dumps(
-            {"title": "t", "steady-state-hypothesis": {"title": "h", "probes": [probe]}, "method": [probe]}
-        ),
-        encoding="utf-8",
-    )
-    dead = f"http://127.0.0.1:{free_port()}"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
-        proc = cli("run", str(exp), "--format", "json")
-    assert proc.returncode == 0, proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert dead in lines[0] and "dropped" in lines[0] and "spans" in lines[0]
-
-
 def _tiny_experiment(tmp_path: Path) -> Path:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(LAB_POLICY, encoding="utf-8")
+    """exp.json in `tmp_path`: the steady probe in the hypothesis and again as the method."""
     probe = steady_probe()
     exp = tmp_path / "exp.json"
     exp.write_text(
@@ -330,6 +306,22 @@ def _tiny_experiment(tmp_path: Path) -> Path:
         encoding="utf-8",
     )
     return exp
+
+
+def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) -> None:
+    """A real CLI run with the collector's port closed: the run succeeds, one line says what was dropped."""
+    from clihelp import cli
+
+    use_lab_policy(LAB_POLICY)
+    exp = _tiny_experiment(tmp_path)
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
+        proc = cli("run", str(exp), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert dead in lines[0] and "dropped" in lines[0] and "spans" in lines[0]
 
 
 def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
@@ -353,7 +345,7 @@ def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
     pids: list[int] = []
     try:
         with pytest.MonkeyPatch.context() as mp:
-            use_lab_policy((tmp_path / "policy.yaml").read_text())
+            use_lab_policy(LAB_POLICY)
             mp.setenv("XDG_STATE_HOME", str(state))
             mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
             # an export timeout far above the CLI's own timeout: a run that waited for it could not pass
