@@ -307,16 +307,6 @@ class SshdServer:
     client_key: Path
     known_hosts: Path
 
-    def target(self) -> dict[str, Any]:
-        """This server as the ssh driver's host arguments."""
-        return {
-            "host": self.host,
-            "port": self.port,
-            "username": self.username,
-            "client_keys": [str(self.client_key)],
-            "known_hosts": str(self.known_hosts),
-        }
-
 
 def sshd_keys(base: Path) -> tuple[Path, Path, Path]:
     """Skip the test unless sshd can run here (installed, as root); else make `base` private and generate in it

@@ -9,7 +9,7 @@ from redis_secret import REDIS_PASSWORD
 from tcp import standalone_netproxy
 
 from netns_helpers import veth_pair
-from servers import postgres_server, redis_server, sshd_server  # noqa: F401  (fixtures)
+from servers import SshdServer, postgres_server, redis_server, sshd_server  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +24,18 @@ def lease_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("FAULTPLANE_NO_WATCHDOG", None)
     return env
+
+
+@pytest.fixture
+def ssh_target(sshd_server: SshdServer) -> dict[str, object]:  # noqa: F811  (the fixture imported above)
+    """The test sshd as the ssh driver's host arguments."""
+    return {
+        "host": sshd_server.host,
+        "port": sshd_server.port,
+        "username": sshd_server.username,
+        "client_keys": [str(sshd_server.client_key)],
+        "known_hosts": str(sshd_server.known_hosts),
+    }
 
 
 # --- servers for the failure variants (shared per session) ------------------------------------------------------

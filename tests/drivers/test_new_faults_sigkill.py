@@ -17,7 +17,7 @@ from proc_helpers import fork, start_forker
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server, lease_env) -> None:  # type: ignore[no-untyped-def]
+def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, ssh_target, lease_env) -> None:  # type: ignore[no-untyped-def]
     import os
 
     if os.geteuid() != 0:
@@ -30,7 +30,7 @@ def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server,
     steps = [
         ["postgres", "statement_errors", {"dsn": dsn, "table": table}],
         ["hostres", "exhaust_pids", {"pid": forker.pid}],
-        ["ssh", "stress", {"hosts": [sshd_server.target()], "workers": 1}],
+        ["ssh", "stress", {"hosts": [ssh_target], "workers": 1}],
     ]
 
     def stress() -> list[psutil.Process]:
