@@ -16,22 +16,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_helpers import installed, lab, timed_run
+from bench_helpers import installed, lab, suite_helpers, timed_run
 
 REPEATS = 15
 TARGET_S = 0.10
 TARGET_RUN_RATIO = 1.0
 
-PROBE = {"type": "python", "module": "os.path", "func": "isdir", "arguments": {"s": "/"}}
-EXPERIMENT = {
-    "title": "small",
-    "description": "one probe, one action",
-    "steady-state-hypothesis": {
-        "title": "root is there",
-        "probes": [{"type": "probe", "name": "root", "tolerance": True, "provider": PROBE}],
-    },
-    "method": [{"type": "action", "name": "look", "provider": PROBE}],
-}
+EXPERIMENT = suite_helpers("clihelp").small_experiment()  # the same one the CLI tests run
 
 
 def main() -> int:

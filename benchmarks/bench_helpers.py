@@ -1,6 +1,6 @@
 """What the benchmarks share: finding the two tools, a private lab environment, a timed child process, the
 many-probe experiment the engine benchmarks run, and the test suite's helper modules (the same raw MCP
-messages for tests and benchmarks)."""
+messages for tests and benchmarks, the same free port, port wait and process stop)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import importlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -78,6 +77,22 @@ def probes_experiment(n: int, title: str, description: str) -> dict:
     }
 
 
+def sdk_server(name: str, tools: str) -> str:
+    """The source of a bare MCP SDK server `name` with `tools` (functions under `@mcp.tool()`): it serves stdio,
+    or, run with `http PORT`, stateless streamable HTTP answering JSON on 127.0.0.1:PORT."""
+    return f"""
+import sys
+from mcp.server import MCPServer
+mcp = MCPServer({name!r}, log_level="WARNING")
+{tools}
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["http"]:
+        mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), json_response=True, stateless_http=True)
+    else:
+        mcp.run()
+"""
+
+
 def suite_helpers(name: str) -> ModuleType:
     """The test suite's helper module tests/NAME.py."""
     tests = str(Path(__file__).resolve().parent.parent / "tests")
@@ -86,22 +101,6 @@ def suite_helpers(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 20.0) -> None:
-    """Return once something listens on 127.0.0.1:`port`; fail when `proc` (the server) exits first, or after
-    `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+# the suite's own: a benchmark starts and stops its servers as the tests do
+_procs = suite_helpers("proc_helpers")
+free_port, wait_port, stop = _procs.free_port, _procs.wait_port, _procs.stop

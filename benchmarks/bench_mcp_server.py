@@ -24,24 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from bench_helpers import free_port, suite_helpers, wait_port
+from bench_helpers import free_port, sdk_server, suite_helpers, wait_port
 from lab_policy import lab_config_home
 
-BARE = """
-import sys
-from mcp.server import MCPServer
-mcp = MCPServer("bare", log_level="WARNING")
-
+BARE = sdk_server(
+    "bare",
+    """
 @mcp.tool()
 def chaos_status() -> dict:
     return {"active_faults": [], "registered_experiments": 0, "total_runs": 0}
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["http"]:
-        mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), json_response=True, stateless_http=True)
-    else:
-        mcp.run()
-"""
+""",
+)
 PY = sys.executable
 TARGET_STDIO_MS = 2.0
 REPEATS = 3

@@ -25,23 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_helpers import free_port, suite_helpers, wait_port
+from bench_helpers import free_port, sdk_server, stop, suite_helpers, wait_port
 
-SERVER = """
-import sys
-from mcp.server import MCPServer
-mcp = MCPServer("bench", log_level="WARNING")
-
+SERVER = sdk_server(
+    "bench",
+    """
 @mcp.tool()
 def add(a: int, b: int) -> int:
     return a + b
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["http"]:
-        mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), json_response=True, stateless_http=True)
-    else:
-        mcp.run()
-"""
+""",
+)
 
 jsonrpc = suite_helpers("jsonrpc_helpers")
 INIT = jsonrpc.initialize(0)
@@ -202,14 +195,9 @@ def main() -> int:
                 )
             rows.append(("http (json, stateless)", direct, proxied, cpu))
         finally:
+            # the proxy writes its last records to the store first: slow on a loaded machine
             for p in procs:
-                p.terminate()
-                try:
-                    # the proxy writes its last records to the store first: slow on a loaded machine
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+                stop(p, timeout=60)
 
     print(
         f"plane proxy added latency, empty plan, {args.calls} sequential tools/call per side, interleaved in blocks of {BLOCK} (ms)"

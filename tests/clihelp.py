@@ -27,8 +27,11 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, env=env(), timeout=timeout)
 
 
-def run_cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`python -m faultplane.cli.main ARGS` in `env`, its output captured as text."""
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`python -m faultplane.cli.main ARGS` in `env` (this process's own when None), its output captured as
+    text."""
     return subprocess.run(
         [sys.executable, "-m", "faultplane.cli.main", *args],
         capture_output=True,
@@ -36,6 +39,21 @@ def run_cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.
         env=env,
         timeout=timeout,
     )
+
+
+def small_experiment(title: str = "small") -> dict[str, Any]:
+    """The smallest whole run a user tries first: one steady-state probe and one action, both the python
+    function os.path.isdir("/"), which holds on any machine."""
+    probe = {"type": "python", "module": "os.path", "func": "isdir", "arguments": {"s": "/"}}
+    return {
+        "title": title,
+        "description": "one probe, one action",
+        "steady-state-hypothesis": {
+            "title": "root is there",
+            "probes": [{"type": "probe", "name": "root", "tolerance": True, "provider": probe}],
+        },
+        "method": [{"type": "action", "name": "look", "provider": probe}],
+    }
 
 
 def rollback_recorder(marker: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ it (``make services``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +69,40 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+    """Answer the request `handler` serves: `status` and `body` as JSON (bytes are sent as they are), its length
+    declared so that keep-alive clients know where it ends."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+class StatusPages(BaseHTTPRequestHandler):
+    """A service's status pages, for HTTP probes: GET /health (JSON, healthy), /broken (500), /text (plain text);
+    anything else 404."""
+
+    protocol_version = "HTTP/1.1"
+    ROUTES = {
+        "/health": (200, b'{"status": "ok", "services": [{"name": "db", "up": true}]}'),
+        "/broken": (500, b'{"status": "down"}'),
+        "/text": (200, b"all systems nominal"),
+    }
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        status, body = self.ROUTES.get(self.path, (404, b'{"error": "not found"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json" if body.startswith(b"{") else "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
 
 @contextlib.contextmanager
@@ -228,36 +264,19 @@ class RedisServer:
         return f"redis://{self.host}:{self.port}/0"
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A Redis server with DEBUG enabled, no persistence, maxclients 200."""
+@contextlib.contextmanager
+def running_redis(base: Path, *options: str) -> Iterator[RedisServer]:
+    """A redis-server on a free loopback port, without persistence, its files in `base`, with the extra `options`
+    (`--requirepass PW`...); the test is skipped where redis-server is not installed."""
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server is not installed (run `make services`)")
-    base = tmp_path_factory.mktemp("redis")
     port = _free_port()
     log = base / "redis.log"
     proc = subprocess.Popen(
         [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(base),
-            "--maxclients",
-            "200",
-            "--enable-debug-command",
-            "yes",
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(log),
+            *(exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+            *("--dir", str(base), "--daemonize", "no", "--logfile", str(log), *options),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -267,6 +286,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield RedisServer("127.0.0.1", port)
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server with DEBUG enabled, no persistence, maxclients 200."""
+    debug = ("--maxclients", "200", "--enable-debug-command", "yes")
+    with running_redis(tmp_path_factory.mktemp("redis"), *debug) as server:
+        yield server
 
 
 # --- sshd -----------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from redis_secret import REDIS_PASSWORD
 from tcp import standalone_netproxy
 
 from netns_helpers import veth_pair
-from servers import postgres_server, redis_server, sshd_server  # noqa: F401  (fixtures)
+from servers import SshdServer, postgres_server, redis_server, sshd_server  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -26,35 +26,28 @@ def lease_env() -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def ssh_target(sshd_server: SshdServer) -> dict[str, object]:  # noqa: F811  (the fixture imported above)
+    """The test sshd as the ssh driver's host arguments."""
+    return {
+        "host": sshd_server.host,
+        "port": sshd_server.port,
+        "username": sshd_server.username,
+        "client_keys": [str(sshd_server.client_key)],
+        "known_hosts": str(sshd_server.known_hosts),
+    }
+
+
 # --- servers for the failure variants (shared per session) ------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def redis_auth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A second Redis that requires a password (``REDIS_PASSWORD``): wrong and missing passwords are refused."""
-    import shutil
-    import subprocess
+    from servers import running_redis
 
-    from servers import RedisServer, _free_port, _stop, _wait_port
-
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.skip("redis-server is not installed (run `make services`)")
-    base = tmp_path_factory.mktemp("redis-auth")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            *(exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
-            *("--dir", str(base), "--requirepass", REDIS_PASSWORD, "--logfile", str(base / "redis.log")),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_port(port, proc, "redis-server", base / "redis.log")
-        yield RedisServer("127.0.0.1", port)
-    finally:
-        _stop(proc)
+    with running_redis(tmp_path_factory.mktemp("redis-auth"), "--requirepass", REDIS_PASSWORD) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

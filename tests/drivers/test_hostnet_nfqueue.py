@@ -20,9 +20,8 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from lease_helpers import stop_watchdogs
+from lease_helpers import controller, reverted_after_kill
 from test_hostnet import _has_netem
-from test_lease_hygiene import STEPS_CONTROLLER
 
 from clihelp import start_run
 from faultplane.drivers import leases, nfqueue
@@ -412,35 +411,16 @@ async def test_ipv6_packets_are_delayed_duplicated_and_corrupted_too(pair) -> No
 
 def test_watchdog_reverts_the_queue_rule_after_the_controller_is_sigkilled(pair, lease_env) -> None:  # type: ignore[no-untyped-def]
     steps = [["hostnet", "netem", {"netns": pair.b, "interface": pair.veth_b, "delay_ms": 200}]]
-    ctl = subprocess.Popen(
-        [sys.executable, "-c", STEPS_CONTROLLER, json.dumps(steps), "nq-sigkill", "no-secret-here"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=lease_env,
-    )
-    try:
-        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
+    with controller(steps, "nq-sigkill", "no-secret-here", lease_env) as ctl:
         assert _rtts(pair, 3)[0] >= 0.19
         (lease,) = leases.list_leases()
         helper = int(lease.args["pid"])
         assert _alive(helper) and len(_chains(pair)) == 6
-        ctl.kill()
-        ctl.wait(5)
-        deadline = time.monotonic() + 60
-        while leases.list_leases() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert leases.list_leases() == []
-        while not (rows := leases.outcomes("nq-sigkill")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        rows = reverted_after_kill(ctl, "nq-sigkill", 1)
         assert [r["ok"] for r in rows] == [True], rows
         assert _chains(pair) == []
         assert not _alive(helper)
         assert _rtts(pair, 10)[5] < 0.05
-    finally:
-        if ctl.poll() is None:
-            ctl.kill()
-            ctl.wait(5)
-        stop_watchdogs()
 
 
 def _ipv4_tcp(payload: bytes) -> bytes:

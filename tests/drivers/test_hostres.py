@@ -15,6 +15,7 @@ import pytest
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
+from proc_helpers import fork, start_forker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -214,31 +215,6 @@ async def test_clock_skew_shifts_only_the_faketime_process_and_reverts(tmp_path:
 
 # --- PID exhaustion ---
 
-_FORKER = textwrap.dedent(
-    """
-    import errno, os, subprocess, sys, time
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # an existing descendant
-    print(child.pid, flush=True)
-    for line in sys.stdin:
-        try:
-            pid = os.fork()
-            if pid == 0:
-                os._exit(0)
-            os.waitpid(pid, 0)
-            print("ok", flush=True)
-        except OSError as e:
-            print(errno.errorcode[e.errno], flush=True)
-    child.kill()
-    """
-)
-
-
-def _fork(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("fork\n")
-    proc.stdin.flush()
-    return proc.stdout.readline().strip()
-
 
 def _pids_cgroup(pid: int) -> str:
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
@@ -252,11 +228,7 @@ def _pids_cgroup(pid: int) -> str:
 def forker():  # type: ignore[no-untyped-def]
     if os.geteuid() != 0:
         pytest.skip("moving a process into a pids cgroup needs root")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    child = int(proc.stdout.readline())
+    proc, child = start_forker()
     yield proc, child
     proc.kill()
     proc.wait()
@@ -265,16 +237,16 @@ def forker():  # type: ignore[no-untyped-def]
 async def test_exhaust_pids_makes_fork_fail_and_revert_restores(forker) -> None:  # type: ignore[no-untyped-def]
     proc, child = forker
     home = _pids_cgroup(proc.pid)
-    assert _fork(proc) == "ok"
+    assert fork(proc) == "ok"
     ctx = ActivityContext(run_id="pids")
     out = await get_activity("hostres", "exhaust_pids").invoke(ctx, {"pid": proc.pid})
     assert set(out["processes"]) == {proc.pid, child} and out["pids_max"] == out["tasks"]
     cgroup = Path(out["cgroup"])
     assert _pids_cgroup(child) == _pids_cgroup(proc.pid) == "/" + cgroup.name  # the descendant moved too
-    assert _fork(proc) == "EAGAIN"  # as on a host out of PIDs
+    assert fork(proc) == "EAGAIN"  # as on a host out of PIDs
     assert subprocess.run(["true"]).returncode == 0  # everyone else still forks
     assert [e for _, e in await ctx.revert_all()] == [None]
-    assert _fork(proc) == "ok"
+    assert fork(proc) == "ok"
     assert _pids_cgroup(proc.pid) == _pids_cgroup(child) == home
     assert not cgroup.exists() and leases.list_leases() == []
 
@@ -284,7 +256,7 @@ async def test_exhaust_pids_headroom_and_the_lease_recipe_alone(forker) -> None:
     ctx = ActivityContext(run_id="pids2")
     out = await get_activity("hostres", "exhaust_pids").invoke(ctx, {"pid": proc.pid, "headroom": 1})
     assert out["pids_max"] == out["tasks"] + 1
-    assert _fork(proc) == "ok"  # one more task fits (and exits again)
+    assert fork(proc) == "ok"  # one more task fits (and exits again)
     # What the watchdog runs after a SIGKILLed controller: the recipe from the lease file alone.
     (lease,) = leases.list_leases()
     leases.run_recipe(lease.driver, lease.revert, lease.args)

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
-from lease_helpers import stop_watchdogs
+from lease_helpers import controller
 from redis_secret import REDIS_PASSWORD
 
 from faultplane.drivers import leases, sealing
@@ -335,23 +335,6 @@ def test_a_lease_whose_key_died_is_parked_not_guessed() -> None:
     assert_no_clear_secret(REDIS_PASSWORD)
 
 
-STEPS_CONTROLLER = textwrap.dedent(
-    """
-    import json, sys, time, anyio
-    from faultplane.drivers.base import ActivityContext, get_activity
-
-    async def main():
-        ctx = ActivityContext(run_id=sys.argv[2], configuration={"lease_ttl_s": 5.0}, secret_values=[sys.argv[3]])
-        for driver, name, args in json.loads(sys.argv[1]):
-            await get_activity(driver, name).invoke(ctx, args)
-        print("injected", flush=True)
-        time.sleep(120)
-
-    anyio.run(main)
-    """
-)
-
-
 def _write_blocked(url: str) -> bool:
     c = redis.Redis.from_url(url, socket_timeout=0.3)
     try:
@@ -369,14 +352,7 @@ def test_watchdog_unseals_and_reverts_after_the_controller_dies(
 ) -> None:  # type: ignore[no-untyped-def]
     url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{redis_auth_server.port}/0"
     steps = [["redis", "client_pause", {"url": url, "timeout_ms": 60_000, "mode": "WRITE"}]]
-    ctl = subprocess.Popen(
-        [sys.executable, "-c", STEPS_CONTROLLER, json.dumps(steps), f"wd-{how}", REDIS_PASSWORD],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=lease_env,
-    )
-    try:
-        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
+    with controller(steps, f"wd-{how}", REDIS_PASSWORD, lease_env) as ctl:
         assert _write_blocked(url)
         assert_no_clear_secret(REDIS_PASSWORD)
         [lease] = leases.list_leases()
@@ -398,11 +374,6 @@ def test_watchdog_unseals_and_reverts_after_the_controller_dies(
         assert leases.list_leases() == []
         assert_no_clear_secret(REDIS_PASSWORD)
         assert_private()
-    finally:
-        if ctl.poll() is None:
-            ctl.kill()
-            ctl.wait(5)
-        stop_watchdogs()
 
 
 # --- 5. exhaustion: achieved against asked -------------------------------------------------------------------

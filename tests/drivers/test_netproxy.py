@@ -11,17 +11,7 @@ from lease_helpers import stop_watchdogs
 from tcp import connect, echo, rtt, standalone_netproxy, sync_rtt, tcp_server, threaded_echo_server
 
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
-from faultplane.drivers.netproxy import Route, parse_toxic
-from faultplane.drivers.netproxy.toxics import (
-    Bandwidth,
-    Latency,
-    LimitData,
-    NetworkPartition,
-    ResetPeer,
-    Slicer,
-    SlowClose,
-    Timeout,
-)
+from faultplane.drivers.netproxy import Route, parse_toxic, toxics
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -57,7 +47,7 @@ async def test_toxics_toggled_mid_stream_keep_every_byte_in_order() -> None:
         async def toggle() -> None:
             for i in range(40):
                 stream = "upstream" if i % 2 else "downstream"
-                await route.add_toxic(Latency(name="flip", latency_ms=1, stream=stream))
+                await route.add_toxic(toxics.Latency(name="flip", latency_ms=1, stream=stream))
                 await asyncio.sleep(0.005)
                 await route.remove_toxic("flip")
                 await asyncio.sleep(0.005)
@@ -75,7 +65,7 @@ async def test_toxics_toggled_mid_stream_keep_every_byte_in_order() -> None:
 async def test_latency_adds_the_injected_delay_and_removal_takes_it_away() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
         base = min([await rtt(route.listen[1]) for _ in range(3)])
-        await route.add_toxic(Latency(latency_ms=300))
+        await route.add_toxic(toxics.Latency(latency_ms=300))
         slow = [await rtt(route.listen[1]) for _ in range(3)]
         await route.remove_toxic("latency_downstream")
         after = min([await rtt(route.listen[1]) for _ in range(3)])
@@ -87,7 +77,7 @@ async def test_latency_adds_the_injected_delay_and_removal_takes_it_away() -> No
 async def test_latency_applies_to_open_connections_and_jitter_stays_in_bounds() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
         r, w = await connect(route.listen[1])
-        await route.add_toxic(Latency(latency_ms=100, jitter_ms=40, stream="upstream"))
+        await route.add_toxic(toxics.Latency(latency_ms=100, jitter_ms=40, stream="upstream"))
         samples = []
         for _ in range(8):
             t0 = time.perf_counter()
@@ -109,7 +99,7 @@ async def test_bandwidth_limits_throughput_to_the_rate() -> None:
         await w.drain()
 
     async with tcp_server(blast) as up, _route(up) as route:
-        await route.add_toxic(Bandwidth(rate_kbps=300))  # 300 KB/s -> 120 KB in ~0.4 s
+        await route.add_toxic(toxics.Bandwidth(rate_kbps=300))  # 300 KB/s -> 120 KB in ~0.4 s
         r, w = await connect(route.listen[1])
         t0 = time.perf_counter()
         w.write(b"go")
@@ -123,7 +113,7 @@ async def test_bandwidth_limits_throughput_to_the_rate() -> None:
 
 async def test_timeout_blackholes_then_closes() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
-        await route.add_toxic(Timeout(stream="upstream", timeout_ms=300))
+        await route.add_toxic(toxics.Timeout(stream="upstream", timeout_ms=300))
         r, w = await connect(route.listen[1])
         t0 = time.perf_counter()
         w.write(b"hello")
@@ -137,7 +127,7 @@ async def test_timeout_blackholes_then_closes() -> None:
 
 async def test_timeout_zero_holds_until_removed() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
-        await route.add_toxic(Timeout(stream="upstream", timeout_ms=0))
+        await route.add_toxic(toxics.Timeout(stream="upstream", timeout_ms=0))
         r, w = await connect(route.listen[1])
         w.write(b"lost")
         await w.drain()
@@ -152,7 +142,7 @@ async def test_timeout_zero_holds_until_removed() -> None:
 
 async def test_reset_peer_resets_the_connection() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
-        await route.add_toxic(ResetPeer(timeout_ms=100))
+        await route.add_toxic(toxics.ResetPeer(timeout_ms=100))
         r, w = await connect(route.listen[1])
         with pytest.raises(ConnectionResetError):
             for _ in range(50):
@@ -179,7 +169,9 @@ async def test_slicer_delivers_data_in_small_delayed_pieces() -> None:
         await w.drain()
 
     async with tcp_server(count_reads) as up, _route(up) as route:
-        await route.add_toxic(Slicer(stream="upstream", average_size=10, size_variation=3, delay_us=5000))
+        await route.add_toxic(
+            toxics.Slicer(stream="upstream", average_size=10, size_variation=3, delay_us=5000)
+        )
         r, w = await connect(route.listen[1])
         w.write(b"s" * 200)
         await w.drain()
@@ -197,7 +189,7 @@ async def test_limit_data_closes_after_the_limit() -> None:
         await asyncio.sleep(2)
 
     async with tcp_server(big) as up, _route(up) as route:
-        await route.add_toxic(LimitData(bytes=1000))
+        await route.add_toxic(toxics.LimitData(bytes=1000))
         r, w = await connect(route.listen[1])
         w.write(b"g")
         await w.drain()
@@ -212,7 +204,7 @@ async def test_slow_close_delays_the_close() -> None:
         await w.drain()
 
     async with tcp_server(close_at_once) as up, _route(up) as route:
-        await route.add_toxic(SlowClose(delay_ms=400))
+        await route.add_toxic(toxics.SlowClose(delay_ms=400))
         r, w = await connect(route.listen[1])
         t0 = time.perf_counter()
         assert await asyncio.wait_for(r.read(), 5) == b"bye"
@@ -225,7 +217,7 @@ async def test_partition_refuse_refuses_and_heals() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
         port = route.listen[1]
         r, w = await connect(port)
-        await route.add_toxic(NetworkPartition(mode="refuse"))
+        await route.add_toxic(toxics.NetworkPartition(mode="refuse"))
         with pytest.raises(ConnectionRefusedError):
             await connect(port)
         with pytest.raises(ConnectionError):  # the live connection was reset
@@ -256,7 +248,7 @@ async def test_partition_refuse_with_toxicity_refuses_that_share_of_new_connecti
     for _ in range(2):  # the same seed refuses the same connections
         async with tcp_server(echo) as up, _route(up) as route:
             port = route.listen[1]
-            await route.add_toxic(NetworkPartition(mode="refuse", toxicity=p))
+            await route.add_toxic(toxics.NetworkPartition(mode="refuse", toxicity=p))
             pattern = [await _refused(port) for _ in range(n)]
             assert route.stats["refused"] == sum(pattern)
             await route.remove_toxic("network_partition_downstream")
@@ -276,7 +268,7 @@ async def test_partition_blackhole_cuts_both_directions_and_heals() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
         port = route.listen[1]
         r, w = await connect(port)
-        await route.add_toxic(NetworkPartition(name="cut", mode="blackhole"))
+        await route.add_toxic(toxics.NetworkPartition(name="cut", mode="blackhole"))
         w.write(b"x")
         await w.drain()
         with pytest.raises(TimeoutError):
@@ -294,7 +286,7 @@ async def test_partition_blackhole_cuts_both_directions_and_heals() -> None:
 
 async def test_toxicity_affects_only_a_share_of_connections() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
-        await route.add_toxic(Latency(latency_ms=200, toxicity=0.5))
+        await route.add_toxic(toxics.Latency(latency_ms=200, toxicity=0.5))
         times = await asyncio.gather(*(rtt(route.listen[1]) for _ in range(16)))
     slow = sum(t >= 0.2 for t in times)
     assert 1 <= slow <= 15, times

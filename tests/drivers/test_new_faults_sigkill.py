@@ -3,33 +3,21 @@ a PostgreSQL error trigger, a PID-limited process and a CPU stress over SSH, all
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 import psutil
 import psycopg
 import pytest
-from lease_helpers import stop_watchdogs
-from test_hostres import _FORKER
-from test_lease_hygiene import STEPS_CONTROLLER
+from lease_helpers import controller, reverted_after_kill
 
 from faultplane.drivers import leases
+from proc_helpers import fork, start_forker
 
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def _fork(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("fork\n")
-    proc.stdin.flush()
-    return proc.stdout.readline().strip()
-
-
-def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server, lease_env) -> None:  # type: ignore[no-untyped-def]
+def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, ssh_target, lease_env) -> None:  # type: ignore[no-untyped-def]
     import os
 
     if os.geteuid() != 0:
@@ -38,29 +26,12 @@ def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server,
     table = f"orders_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute(f"CREATE TABLE {table} (v int)")
-    forker = subprocess.Popen(
-        [sys.executable, "-c", _FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert forker.stdout is not None
-    forker.stdout.readline()  # its child's pid
-    host = {
-        "host": sshd_server.host,
-        "port": sshd_server.port,
-        "username": sshd_server.username,
-        "client_keys": [str(sshd_server.client_key)],
-        "known_hosts": str(sshd_server.known_hosts),
-    }
+    forker, _ = start_forker()
     steps = [
         ["postgres", "statement_errors", {"dsn": dsn, "table": table}],
         ["hostres", "exhaust_pids", {"pid": forker.pid}],
-        ["ssh", "stress", {"hosts": [host], "workers": 1}],
+        ["ssh", "stress", {"hosts": [ssh_target], "workers": 1}],
     ]
-    ctl = subprocess.Popen(
-        [sys.executable, "-c", STEPS_CONTROLLER, json.dumps(steps), "sigkill-new", "no-secret-here"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=lease_env,
-    )
 
     def stress() -> list[psutil.Process]:
         return [
@@ -78,28 +49,17 @@ def test_watchdog_reverts_new_faults_after_sigkill(postgres_server, sshd_server,
                 return True
 
     try:
-        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "injected"
-        assert write_fails() and _fork(forker) == "EAGAIN" and stress()
-        assert len(leases.list_leases()) == 3
-        ctl.kill()
-        ctl.wait(5)
-        deadline = time.monotonic() + 60
-        while leases.list_leases() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert leases.list_leases() == []
-        while len(rows := leases.outcomes("sigkill-new")) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)  # each outcome is written just after its revert returns
-        assert sorted(r["ok"] for r in rows) == [True, True, True], rows
-        assert not write_fails()
-        assert _fork(forker) == "ok"
-        assert stress() == []
-        assert "faultplane-pids-" not in Path(f"/proc/{forker.pid}/cgroup").read_text()
+        with controller(steps, "sigkill-new", "no-secret-here", lease_env) as ctl:
+            assert write_fails() and fork(forker) == "EAGAIN" and stress()
+            assert len(leases.list_leases()) == 3
+            rows = reverted_after_kill(ctl, "sigkill-new", 3)
+            assert sorted(r["ok"] for r in rows) == [True, True, True], rows
+            assert not write_fails()
+            assert fork(forker) == "ok"
+            assert stress() == []
+            assert "faultplane-pids-" not in Path(f"/proc/{forker.pid}/cgroup").read_text()
     finally:
-        if ctl.poll() is None:
-            ctl.kill()
-            ctl.wait(5)
         forker.kill()
         forker.wait()
-        stop_watchdogs()
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute(f"DROP TABLE {table}")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
-from proc_helpers import eventually
+from proc_helpers import eventually, process_status
 from proc_helpers import sleepers as sleepers_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -23,13 +23,6 @@ def sleepers() -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
     """Four `sleep` processes whose command line carries a unique token."""
     with sleepers_of("fp", 4) as found:
         yield found
-
-
-def _status(pid: int) -> str:
-    try:
-        return psutil.Process(pid).status()
-    except psutil.NoSuchProcess:
-        return "gone"
 
 
 async def test_kill_count_kills_exactly_that_many_and_rollback_restarts(sleepers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -63,10 +56,10 @@ async def test_suspend_stops_and_rollback_resumes(sleepers) -> None:  # type: ig
     ctx = ActivityContext(run_id="p3")
     out = await get_activity("process", "suspend").invoke(ctx, {"pid": procs[0].pid})
     assert out["suspended"] == [procs[0].pid]
-    assert eventually(lambda: _status(procs[0].pid) == psutil.STATUS_STOPPED)
-    assert _status(procs[1].pid) != psutil.STATUS_STOPPED
+    assert eventually(lambda: process_status(procs[0].pid) == psutil.STATUS_STOPPED)
+    assert process_status(procs[1].pid) != psutil.STATUS_STOPPED
     await ctx.revert_all()
-    assert eventually(lambda: _status(procs[0].pid) != psutil.STATUS_STOPPED)
+    assert eventually(lambda: process_status(procs[0].pid) != psutil.STATUS_STOPPED)
 
 
 async def test_suspend_with_duration_resumes_by_itself(sleepers) -> None:  # type: ignore[no-untyped-def]
@@ -76,21 +69,36 @@ async def test_suspend_with_duration_resumes_by_itself(sleepers) -> None:  # typ
         ctx, {"cmdline_pattern": token, "count": 2, "duration_seconds": 0.2}
     )
     assert len(out["suspended"]) == 2
-    assert all(_status(p.pid) != psutil.STATUS_STOPPED for p in procs)
+    assert all(process_status(p.pid) != psutil.STATUS_STOPPED for p in procs)
     assert ctx.reverts == []
 
 
-async def test_stress_cpu_burns_cpu_and_rollback_stops_it() -> None:
-    ctx = ActivityContext(run_id="p5")
-    out = await get_activity("process", "stress_cpu").invoke(
-        ctx, {"workers": 1, "duration_seconds": 30, "wait": False}
-    )
-    proc = psutil.Process(out["pids"][0])
+def _burnt_half_a_cpu_second(proc: psutil.Process) -> bool:
     # CPU time consumed, not a percentage over a short interval: on a busy machine a burner gets a small
     # share, but it keeps burning; an idle process would not reach half a second of CPU
-    assert eventually(lambda: sum(proc.cpu_times()[:2]) >= 0.5, 20), proc.cpu_times()
+    return sum(proc.cpu_times()[:2]) >= 0.5
+
+
+def _holds_60_mib(proc: psutil.Process) -> bool:
+    return proc.memory_info().rss > 60 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("activity", "args", "busy", "within_s"),
+    [
+        ("stress_cpu", {"workers": 1}, _burnt_half_a_cpu_second, 20),
+        ("stress_memory", {"megabytes": 64}, _holds_60_mib, 10),
+    ],
+)
+async def test_stress_holds_its_resource_until_rollback(
+    activity: str, args: dict[str, int], busy: Callable[[psutil.Process], bool], within_s: float
+) -> None:
+    ctx = ActivityContext(run_id=activity)
+    out = await get_activity("process", activity).invoke(ctx, {**args, "duration_seconds": 30, "wait": False})
+    proc = psutil.Process(out["pids"][0])
+    assert eventually(lambda: busy(proc), within_s), proc
     await ctx.revert_all()
-    assert eventually(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
+    assert eventually(lambda: process_status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
 
 
 async def test_stress_cpu_with_wait_ends_after_duration() -> None:
@@ -99,17 +107,6 @@ async def test_stress_cpu_with_wait_ends_after_duration() -> None:
     await get_activity("process", "stress_cpu").invoke(ctx, {"workers": 1, "duration_seconds": 0.3})
     assert 0.3 <= time.monotonic() - t0 < 10
     assert ctx.reverts == []
-
-
-async def test_stress_memory_holds_memory_until_rollback() -> None:
-    ctx = ActivityContext(run_id="p7")
-    out = await get_activity("process", "stress_memory").invoke(
-        ctx, {"megabytes": 64, "duration_seconds": 30, "wait": False}
-    )
-    proc = psutil.Process(out["pids"][0])
-    assert eventually(lambda: proc.memory_info().rss > 60 * 1024 * 1024, 10)
-    await ctx.revert_all()
-    assert eventually(lambda: _status(proc.pid) in ("gone", psutil.STATUS_ZOMBIE))
 
 
 async def test_bad_selectors_are_refused_with_the_field_named() -> None:

@@ -15,6 +15,7 @@ import typer
 import typer.main
 from typer.testing import CliRunner
 
+from clihelp import small_experiment
 from faultplane.cli.legacy import rewrite
 from faultplane.cli.main import app
 from policy_helpers import use_lab_policy
@@ -96,18 +97,8 @@ def test_old_spellings_are_rewritten_with_a_notice_each(
 
 
 def _experiment(tmp_path: Path) -> Path:
-    probe = {"type": "python", "module": "os.path", "func": "isdir", "arguments": {"s": "/"}}
-    doc = {
-        "title": "conventions",
-        "description": "d",
-        "steady-state-hypothesis": {
-            "title": "h",
-            "probes": [{"type": "probe", "name": "p", "tolerance": True, "provider": probe}],
-        },
-        "method": [{"type": "action", "name": "a", "provider": probe}],
-    }
     path = tmp_path / "exp.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(small_experiment("conventions")))
     (tmp_path / "policy.yaml").write_text("gates: {required: false}\n")
     return path
 

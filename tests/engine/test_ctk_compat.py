@@ -17,7 +17,6 @@ import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from faultplane.engine.controls import GlobalControls, load_global_controls
 from faultplane.services.ctk import DIFFERENCES, cli_overrides
 from faultplane.services.experiments import run_experiment, validate_experiment
 from faultplane.services.runs import load_journal
-from servers import http_server
+from servers import StatusPages, http_server, send_json
 
 COMPAT = Path(__file__).parent / "ctk" / "compat"
 META: dict[str, dict[str, Any]] = yaml.safe_load((COMPAT / "compat.yaml").read_text())
@@ -120,25 +119,8 @@ def _order(name: str) -> int:
     return int(name.split("-", 1)[0])
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        routes = {
-            "/health": (200, b'{"status": "ok", "services": [{"name": "db", "up": true}]}'),
-            "/broken": (500, b'{"status": "down"}'),
-        }
-        self._send(*routes.get(self.path, (404, b'{"error": "not found"}')))
+class _Handler(StatusPages):
+    """The status pages, and POST /echo, which answers what it received (as JSON, as a form or neither)."""
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
@@ -148,7 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
             as_json = None
         form = {k: v[0] for k, v in urllib.parse.parse_qs(body).items()} if as_json is None else None
         reply = {"received": len(body), "json": as_json, "form": form}
-        self._send(200 if self.path == "/echo" else 404, json.dumps(reply).encode())
+        send_json(self, 200 if self.path == "/echo" else 404, reply)
 
 
 @pytest.fixture(scope="module")

@@ -72,19 +72,28 @@ def assert_accounted(s: dict) -> None:
         assert r["sent"] == r["ok"] + r["failed_status"] + r["failed_network"], r
 
 
+async def accounted_run(
+    stall_after: float, stall: float, spec: dict, mode: str = "hold"
+) -> tuple[LoadGenerator, dict]:
+    """The load `spec` run to its end against a stall server; the generator and its summary, which must account
+    for every request it scheduled."""
+    with stall_server(stall_after, stall, mode) as url:
+        gen = LoadGenerator({"url": url, **spec})
+        await gen.run()
+    s = gen.summary()
+    assert_accounted(s)
+    return gen, s
+
+
 @pytest.mark.parametrize("connections", [100, 4])
 async def test_a_one_second_stall_every_request_accounted_and_corrected(connections: int) -> None:
     """200/s for 3 s, the server holding every answer for 1 s from 1 s after the first request. With 4
     connections most requests of the stall wait in the generator, not on the wire: their latency must still
     count from their schedule."""
-    with stall_server(1.0, 1.0) as url:
-        gen = LoadGenerator(
-            {"url": url, "rate": 200, "duration_s": 3, "timeout_s": 5, "connections": connections}
-        )
-        await gen.run()
-    s = gen.summary()
+    _, s = await accounted_run(
+        1.0, 1.0, {"rate": 200, "duration_s": 3, "timeout_s": 5, "connections": connections}
+    )
     assert s["scheduled"] == 600  # 200/s x 3 s, constant arrivals: the schedule fixes the count
-    assert_accounted(s)
     assert s["failed_network"] == 0 and s["failed_status"] == 0 and s["ok"] == s["sent"]
     # no second lost a request to the stall, nor got another second's late answers: 200 due, 200 answered
     assert [(r["scheduled"], r["ok"]) for r in s["series"]] == [(200, 200)] * 3, s["series"]
@@ -99,12 +108,8 @@ async def test_a_one_second_stall_every_request_accounted_and_corrected(connecti
 
 
 async def test_a_stall_longer_than_the_timeout_fails_by_network_without_latency() -> None:
-    with stall_server(0.5, 3.0) as url:
-        gen = LoadGenerator({"url": url, "rate": 100, "duration_s": 1.5, "timeout_s": 0.5})
-        await gen.run()
-    s = gen.summary()
+    _, s = await accounted_run(0.5, 3.0, {"rate": 100, "duration_s": 1.5, "timeout_s": 0.5})
     assert s["scheduled"] == 150
-    assert_accounted(s)
     # every request due in the stall's window [0.5 s, 1.5 s) (≈ 100) outlived its 0.5 s timeout
     assert s["errors_by"].get("timeout", 0) >= 90, s["errors_by"]
     assert s["failed_network"] >= 90 and s["failed_status"] == 0
@@ -113,12 +118,8 @@ async def test_a_stall_longer_than_the_timeout_fails_by_network_without_latency(
 
 
 async def test_connections_reset_in_a_stall_are_network_failures() -> None:
-    with stall_server(0.5, 0.5, mode="reset") as url:
-        gen = LoadGenerator({"url": url, "rate": 100, "duration_s": 1.5, "timeout_s": 2})
-        await gen.run()
-    s = gen.summary()
+    _, s = await accounted_run(0.5, 0.5, {"rate": 100, "duration_s": 1.5, "timeout_s": 2}, mode="reset")
     assert s["scheduled"] == 150
-    assert_accounted(s)
     assert s["errors_by"].get("ConnectionLost", 0) >= 30, s["errors_by"]
     assert s["ok"] >= 60  # before and after the stall, answers come back
 
@@ -201,11 +202,7 @@ def test_workers_stop_when_their_parent_is_killed(tmp_path) -> None:  # type: ig
 async def test_only_the_second_the_load_stopped_in_is_partial(duration: float) -> None:
     """A whole second is a rate; the second the schedule ended in is not, and says so. A load of whole
     seconds has no partial row: answers drained after its end count in the seconds they were due in."""
-    with stall_server(60, 1) as url:
-        gen = LoadGenerator({"url": url, "rate": 50, "duration_s": duration, "timeout_s": 2})
-        await gen.run()
-    s = gen.summary()
-    assert_accounted(s)
+    _, s = await accounted_run(60, 1, {"rate": 50, "duration_s": duration, "timeout_s": 2})
     series = s["series"]
     assert len(series) == 2, series
     assert series[-1].get("partial") is (True if duration % 1 else None), series
@@ -236,11 +233,7 @@ async def test_gates_see_a_stall_while_it_lasts() -> None:
 async def test_adjacent_windows_do_not_blame_each_other() -> None:
     """GameDay lanes: run A holds a 1 s stall that ends where run B starts; A's requests answered during B's
     window are A's, and B (which never saw the stall) is not charged for them."""
-    with stall_server(1.0, 1.0) as url:
-        gen = LoadGenerator({"url": url, "rate": 100, "duration_s": 3.5, "timeout_s": 5})
-        await gen.run()
-    s = gen.summary()
-    assert_accounted(s)
+    gen, s = await accounted_run(1.0, 1.0, {"rate": 100, "duration_s": 3.5, "timeout_s": 5})
     # the stall runs from ~1.0 s to ~2.0 s after the first request; B starts a little after, at 2.2 s
     a, b = gen.window(0.0, 2.2), gen.window(2.2, 3.5)
     assert a["scheduled"] == 220 and b["scheduled"] == 130  # 100/s: the schedule fixes the counts

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from clihelp import run_cli
 from servers import http_server
 
-CLI = [sys.executable, "-m", "faultplane.cli.main", "load"]
+
+def load(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("load", *args)
 
 
 @pytest.fixture
@@ -36,23 +38,8 @@ def url() -> Iterator[str]:
 
 
 def test_json_summary(url: str) -> None:
-    done = subprocess.run(
-        [
-            *CLI,
-            url,
-            "--rate",
-            "40",
-            "--duration",
-            "1",
-            "--method",
-            "POST",
-            "--data",
-            '{"amount": 1}',
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = load(
+        url, "--rate", "40", "--duration", "1", "--method", "POST", "--data", '{"amount": 1}', "--json"
     )
     assert done.returncode == 0, done.stderr
     s = json.loads(done.stdout)
@@ -61,12 +48,7 @@ def test_json_summary(url: str) -> None:
 
 
 def test_failed_requests_exit_1_and_show_in_the_table(url: str) -> None:
-    done = subprocess.run(
-        [*CLI, url, "--rate", "20", "--duration", "1", "-X", "POST", "--data", '{"amount": 2}'],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = load(url, "--rate", "20", "--duration", "1", "-X", "POST", "--data", '{"amount": 2}')
     assert done.returncode == 1
     assert "load summary" in done.stdout and "status:400 x20" in done.stdout
 
@@ -82,6 +64,6 @@ def test_failed_requests_exit_1_and_show_in_the_table(url: str) -> None:
     ],
 )
 def test_bad_input_names_the_option(args: list[str], named: str) -> None:
-    done = subprocess.run([*CLI, *args, "--duration", "1"], capture_output=True, text=True, timeout=60)
+    done = load(*args, "--duration", "1")
     assert done.returncode == 2
     assert named in done.stderr and "Traceback" not in done.stderr

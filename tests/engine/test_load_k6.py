@@ -4,13 +4,12 @@ samples in the same slots, live snapshot, journal and summary as the built-in ge
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
+from clihelp import run_cli
 from faultplane.core.formats import ExperimentError
 from faultplane.engine.load import make_load, parse_load_spec
 from faultplane.engine.load_k6 import k6_binary
@@ -79,22 +78,7 @@ def test_k6_spec_needs_a_script() -> None:
 def test_cli_runs_k6(tmp_path: Path) -> None:
     with stall_server(60, 1) as url:
         script = _script(tmp_path, url, 20, 1)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "faultplane.cli.main",
-                "load",
-                "--engine",
-                "k6",
-                "--script",
-                str(script),
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = run_cli("load", "--engine", "k6", "--script", str(script), "--json")
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     assert s["engine"] == "k6" and 18 <= s["ok"] <= 21

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import math
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +149,27 @@ def test_bulk_ingest_reads_a_file_as_the_json_reader_does(
         assert _rows(python, table, cols) == _rows(bulk, table, cols), table
 
 
+def one_journal(test: Callable[..., None]) -> Callable[..., None]:
+    """`test` run on one generated journal `j`: what it checks holds for any valid journal, so one will do."""
+    once = settings(
+        max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    return once(given(j=journal(0))(test))
+
+
+def _fresh_store(tmp_path: Path) -> Store:
+    # tmp_path outlives hypothesis's examples (and its replay of a failing one): each example its own store
+    return Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
+
+
+def _ndjson(path: Path, *docs: Any) -> Path:
+    """`path` written with one JSON document a line."""
+    path.write_text("".join(json.dumps(doc) + "\n" for doc in docs), encoding="utf-8")
+    return path
+
+
 def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store) -> None:
-    bad = tmp_path / "bad.ndjson"
-    bad.write_text('{"no_run_id": 1}\n[1, 2]\n', encoding="utf-8")
+    bad = _ndjson(tmp_path / "bad.ndjson", {"no_run_id": 1}, [1, 2])
     with pytest.raises(ev.EvidenceError, match="not journals"):
         ingest_ndjson(store, [bad])
     with pytest.raises(ev.EvidenceError, match="does not exist"):
@@ -158,14 +177,12 @@ def test_bulk_ingest_refuses_what_is_not_a_journal(tmp_path: Path, store: Store)
     assert store.query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
 
 
-@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(j=journal(0))
+@one_journal
 def test_a_value_the_store_cannot_hold_fails_in_one_line_and_writes_nothing(
     j: dict[str, Any], tmp_path: Path
 ) -> None:
-    store = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
-    bad = tmp_path / "bad.ndjson"
-    bad.write_text(json.dumps({**j, "start": "not a time"}) + "\n", encoding="utf-8")
+    store = _fresh_store(tmp_path)
+    bad = _ndjson(tmp_path / "bad.ndjson", {**j, "start": "not a time"})
     with pytest.raises(
         ev.EvidenceError, match=r"^files: .*bad\.ndjson has a value the store cannot hold"
     ) as err:
@@ -174,16 +191,13 @@ def test_a_value_the_store_cannot_hold_fails_in_one_line_and_writes_nothing(
     assert store.query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
 
 
-@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(j=journal(0))
+@one_journal
 def test_a_failing_batch_leaves_nothing_of_itself_and_the_batches_before_it_written(
     j: dict[str, Any], tmp_path: Path
 ) -> None:
-    store = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
-    good, bad = tmp_path / "1-good.ndjson", tmp_path / "2-bad.ndjson"
-    good.write_text(json.dumps(j) + "\n", encoding="utf-8")
-    other = {**j, "run_id": j["run_id"] + "-b"}
-    bad.write_text(json.dumps(other) + "\n" + '{"no_run_id": 1}\n', encoding="utf-8")
+    store = _fresh_store(tmp_path)
+    good = _ndjson(tmp_path / "1-good.ndjson", j)
+    bad = _ndjson(tmp_path / "2-bad.ndjson", {**j, "run_id": j["run_id"] + "-b"}, {"no_run_id": 1})
     with pytest.raises(ev.EvidenceError, match="not journals"):
         ingest_ndjson(store, [good, bad], batch_bytes=1)
     for table in ("runs", "journals", "run_metrics"):
@@ -192,14 +206,12 @@ def test_a_failing_batch_leaves_nothing_of_itself_and_the_batches_before_it_writ
         ingest_ndjson(store, [good], batch_bytes=0)
 
 
-@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(j=journal(0))
+@one_journal
 def test_bulk_ingest_puts_the_storage_setting_back(j: dict[str, Any], tmp_path: Path) -> None:
     """The ingest's COMMIT stores bodies with ZSTD through a database-wide setting; it is reset afterwards, so the
     store's other writes keep DuckDB's own choice."""
-    store = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
-    good = tmp_path / "good.ndjson"
-    good.write_text(json.dumps(j) + "\n", encoding="utf-8")
+    store = _fresh_store(tmp_path)
+    good = _ndjson(tmp_path / "good.ndjson", j)
     with store.batch():  # one connection throughout: a setting left behind would still be there
         with store.connect() as con:
             before = con.execute("SELECT current_setting('force_compression')").fetchone()[0]

@@ -150,23 +150,25 @@ def evidence(store: Any) -> dict[str, Any]:
     }
 
 
-def _both(journals: list[dict[str, Any]], duck_path: Path, ch: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    duck = Store(duck_path)
-    # one batch per journal on DuckDB (each replaces earlier rows) and one bulk batch on ClickHouse
-    for j in journals:
-        ev.ingest_journals(duck, [j])
-    ev.ingest_journals(ch, journals)
-    return evidence(duck), evidence(ch)
+def _both(journals: list[dict[str, Any]], tmp_path: Path, ch: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The evidence of `journals` from a fresh DuckDB store and from the ClickHouse store `ch`, whose database is
+    dropped afterwards (hypothesis's examples share the fixtures)."""
+    duck = Store(tmp_path / f"{uuid.uuid4().hex}.duckdb")
+    try:
+        # one batch per journal on DuckDB (each replaces earlier rows) and one bulk batch on ClickHouse
+        for j in journals:
+            ev.ingest_journals(duck, [j])
+        ev.ingest_journals(ch, journals)
+        return evidence(duck), evidence(ch)
+    finally:
+        ch.execute(f"DROP DATABASE IF EXISTS {ch.database}")
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(journals=journal_sets())
 def test_duckdb_and_chdb_agree(journals: list[dict[str, Any]], chdb_dir: Path, tmp_path: Path) -> None:
     ch = chdb_store(chdb_dir)
-    try:
-        duck, click = _both(journals, tmp_path / f"{uuid.uuid4().hex}.duckdb", ch)
-    finally:
-        ch.execute(f"DROP DATABASE IF EXISTS {ch.database}")
+    duck, click = _both(journals, tmp_path, ch)
     assert duck == click
     # scorecards grade the system: dry runs, refusals and runs an operator interrupted are left out
     assert duck["scorecards"] or all(
@@ -183,8 +185,5 @@ def test_duckdb_and_the_clickhouse_server_agree(
     from faultplane.core.store_clickhouse import ClickHouseStore
 
     ch = ClickHouseStore(clickhouse_server.url(f"fp_{uuid.uuid4().hex[:12]}"))
-    try:
-        duck, click = _both(journals, tmp_path / f"{uuid.uuid4().hex}.duckdb", ch)
-    finally:
-        ch.execute(f"DROP DATABASE IF EXISTS {ch.database}")
+    duck, click = _both(journals, tmp_path, ch)
     assert duck == click

@@ -120,13 +120,25 @@ def _clean_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
+def _export(
+    monkeypatch: pytest.MonkeyPatch, journal: dict[str, Any], *, wait_s: float = 10, **env: str
+) -> None:
+    """Emit `journal`'s telemetry under the OTEL_* settings `env`, then flush it (waiting at most `wait_s`)."""
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    telemetry.emit_journal_spans(journal)
+    telemetry.shutdown(wait_s)
+
+
 def test_no_endpoint_means_nothing(
-    real_runs: Any, collector: tuple[str, list[Any]], capsys: pytest.CaptureFixture[str]
+    real_runs: Any,
+    collector: tuple[str, list[Any]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert not telemetry.otlp_configured()
     before = otlp.stats()
-    telemetry.emit_journal_spans(real_runs.journals[0])
-    telemetry.shutdown(5)
+    _export(monkeypatch, real_runs.journals[0], wait_s=5)
     assert otlp.stats() == before
     assert capsys.readouterr().err == ""
 
@@ -195,13 +207,15 @@ def test_otlp_export_to_a_real_receiver(
     real_runs: Any, collector: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, received = collector
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url + "/")
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "faultplane-test")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=blue%20team,authorization=Bearer t0k")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
     journal = _with_load(real_runs.journals[3])
-    telemetry.emit_journal_spans(journal)
-    telemetry.shutdown(10)
+    _export(
+        monkeypatch,
+        journal,
+        OTEL_EXPORTER_OTLP_ENDPOINT=url + "/",
+        OTEL_SERVICE_NAME="faultplane-test",
+        OTEL_EXPORTER_OTLP_HEADERS="x-tenant=blue%20team,authorization=Bearer t0k",
+        OTEL_EXPORTER_OTLP_COMPRESSION="gzip",
+    )
     assert received, "the OTLP receiver got nothing"
     spans, services, metrics = _decode(received)
     assert {h["x-tenant"] for _, h, _ in received} == {"blue team"}
@@ -229,20 +243,19 @@ def test_signal_endpoints_and_exporter_choice(
 ) -> None:
     url, received = collector
     # a signal's own endpoint is used as given; metrics off
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url + "/custom/traces")
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
-    telemetry.emit_journal_spans(real_runs.journals[0])
-    telemetry.shutdown(10)
+    journal = real_runs.journals[0]
+    _export(
+        monkeypatch,
+        journal,
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=url + "/custom/traces",
+        OTEL_METRICS_EXPORTER="none",
+    )
     assert [p for p, _, _ in received] == ["/custom/traces"]
     received.clear()
-    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    telemetry.emit_journal_spans(real_runs.journals[0])
-    telemetry.shutdown(10)
+    _export(monkeypatch, journal, OTEL_SDK_DISABLED="true")
     assert received == []
     monkeypatch.delenv("OTEL_SDK_DISABLED")
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
-    telemetry.emit_journal_spans(real_runs.journals[0])
-    telemetry.shutdown(10)
+    _export(monkeypatch, journal, OTEL_TRACES_EXPORTER="none")
     assert received == []
 
 
@@ -271,40 +284,19 @@ def test_unsupported_settings_warn_once_and_export_nothing(
     real_runs: Any, collector: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
     url, received = collector
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    telemetry.emit_journal_spans(real_runs.journals[0])
-    telemetry.shutdown(5)
+    _export(
+        monkeypatch,
+        real_runs.journals[0],
+        wait_s=5,
+        OTEL_EXPORTER_OTLP_ENDPOINT=url,
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+    )
     assert received == []
     assert any("http/protobuf" in r.getMessage() for r in caplog.records)
 
 
-def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) -> None:
-    """A real CLI run with the collector's port closed: the run succeeds, one line says what was dropped."""
-    from clihelp import cli
-
-    use_lab_policy(LAB_POLICY)
-    exp = tmp_path / "exp.json"
-    probe = steady_probe()
-    exp.write_text(
-        json.dumps(
-            {"title": "t", "steady-state-hypothesis": {"title": "h", "probes": [probe]}, "method": [probe]}
-        ),
-        encoding="utf-8",
-    )
-    dead = f"http://127.0.0.1:{free_port()}"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
-        proc = cli("run", str(exp), "--format", "json")
-    assert proc.returncode == 0, proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert dead in lines[0] and "dropped" in lines[0] and "spans" in lines[0]
-
-
 def _tiny_experiment(tmp_path: Path) -> Path:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(LAB_POLICY, encoding="utf-8")
+    """exp.json in `tmp_path`: the steady probe in the hypothesis and again as the method."""
     probe = steady_probe()
     exp = tmp_path / "exp.json"
     exp.write_text(
@@ -314,6 +306,22 @@ def _tiny_experiment(tmp_path: Path) -> Path:
         encoding="utf-8",
     )
     return exp
+
+
+def test_dead_collector_one_line_and_no_retry(real_runs: Any, tmp_path: Path) -> None:
+    """A real CLI run with the collector's port closed: the run succeeds, one line says what was dropped."""
+    from clihelp import cli
+
+    use_lab_policy(LAB_POLICY)
+    exp = _tiny_experiment(tmp_path)
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
+        proc = cli("run", str(exp), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert dead in lines[0] and "dropped" in lines[0] and "spans" in lines[0]
 
 
 def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
@@ -337,7 +345,7 @@ def test_hung_collector_never_holds_the_run(tmp_path: Path) -> None:
     pids: list[int] = []
     try:
         with pytest.MonkeyPatch.context() as mp:
-            use_lab_policy((tmp_path / "policy.yaml").read_text())
+            use_lab_policy(LAB_POLICY)
             mp.setenv("XDG_STATE_HOME", str(state))
             mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
             # an export timeout far above the CLI's own timeout: a run that waited for it could not pass

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from faultplane.core.store import Store
+from servers import send_json
 
 BASE: dict[str, Any] = {
     "title": "Payment DB latency",
@@ -71,6 +72,24 @@ def write_experiment(folder: Path, doc: dict[str, Any], name: str = "exp.yaml") 
     else:
         path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
+
+
+def hook_payload(tool: str, tool_input: Any, cwd: Path) -> dict[str, Any]:
+    """The PreToolUse JSON Claude Code feeds a hook before it calls `tool` with `tool_input` in `cwd`."""
+    return {
+        "session_id": "s-1",
+        "transcript_path": str(cwd / "transcript.jsonl"),
+        "cwd": str(cwd),
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": tool_input,
+    }
+
+
+def bash_payload(command: str, cwd: Path) -> dict[str, Any]:
+    """`hook_payload` of the Bash tool about to run `command`."""
+    return hook_payload("Bash", {"command": command, "description": "run a chaos experiment"}, cwd)
 
 
 def hook_project(root: Path, prod_env: str = "prod") -> Path:
@@ -207,12 +226,7 @@ class DegradableService:
                     time.sleep(latency)
                 failing = rate > 0 and (n % max(1, round(1 / rate)) == 0)
                 status = 500 if failing else 200
-                body = json.dumps({"ok": not failing, "n": n}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_json(self, status, {"ok": not failing, "n": n})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

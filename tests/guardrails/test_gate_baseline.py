@@ -4,7 +4,6 @@ local HTTP servers: the degradable service and a small Prometheus-shaped server.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +19,7 @@ from faultplane.core.model import Journal
 from faultplane.core.policy import Policy, evaluate
 from faultplane.core.store import Store
 from faultplane.engine.lifecycle import execute
+from servers import send_json
 
 pytestmark = pytest.mark.anyio
 runner = CliRunner()
@@ -104,12 +104,7 @@ class _Prometheus:
                 pass
 
             def do_GET(self) -> None:
-                data = json.dumps(outer.body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, 200, outer.body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -3,7 +3,6 @@ a real (small) load generator, and an HTTP endpoint speaking the Prometheus quer
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -19,7 +18,7 @@ from guard_helpers import DegradableService
 from faultplane.core.gates import GateSpec
 from faultplane.engine.gates import GateMonitor
 from faultplane.engine.sli import LoadFigures, SliError, SliSources, missing_sources, to_number
-from servers import http_server
+from servers import http_server, send_json
 
 pytestmark = pytest.mark.anyio
 
@@ -94,6 +93,26 @@ async def run_fault(
     return marks
 
 
+async def degrade_during_method(
+    monitor: GateMonitor,
+    rec: Recorder,
+    service: DegradableService,
+    *,
+    healthy_s: float,
+    method_s: float,
+    **how: float,
+) -> dict[str, float]:
+    """`run_fault` whose fault is `service` degraded as `how` says (latency_s, error_rate), restored by rollback."""
+    return await run_fault(
+        monitor,
+        rec,
+        inject=lambda: service.degrade(**how),
+        rollback=service.restore,
+        healthy_s=healthy_s,
+        method_s=method_s,
+    )
+
+
 def http_probe_gate(name: str, url: str, rollback_on: str, interval_s: float) -> GateSpec:
     """A gate on a probe that GETs `url` (the sources under test decide what it measures)."""
     probe = {"type": "probe", "name": "p", "provider": {"type": "http", "url": url}}
@@ -107,14 +126,7 @@ async def test_latency_gate_aborts_and_rolls_back_within_one_interval(service: D
     rec = Recorder()
     monitor = GateMonitor([gate], SliSources(run_probe=latency_probe(url)), rec.on_sample)
     with anyio.fail_after(20):
-        marks = await run_fault(
-            monitor,
-            rec,
-            inject=lambda: service.degrade(latency_s=slow),
-            rollback=service.restore,
-            healthy_s=0.8,
-            method_s=15,
-        )
+        marks = await degrade_during_method(monitor, rec, service, healthy_s=0.8, method_s=15, latency_s=slow)
     # healthy samples before the fault did not breach
     before = [s for s in rec.samples if s["ts"] < rec.samples[0]["ts"] + 0.6]
     assert before and not any(s["breaching"] for s in before)
@@ -165,14 +177,7 @@ async def test_error_gate_aborts_within_one_interval_of_the_window(service: Degr
     probe = TimedProbe(error_probe())
     monitor = GateMonitor([gate], SliSources(run_probe=probe), rec.on_sample)
     with anyio.fail_after(20):
-        marks = await run_fault(
-            monitor,
-            rec,
-            inject=lambda: service.degrade(error_rate=0.5),
-            rollback=service.restore,
-            healthy_s=0.5,
-            method_s=15,
-        )
+        marks = await degrade_during_method(monitor, rec, service, healthy_s=0.5, method_s=15, error_rate=0.5)
     assert len(rec.aborts) == 1 and "errors" in rec.aborts[0][1]
     breach = monitor.breach
     assert breach is not None and breach["value"] >= 0.4
@@ -252,14 +257,7 @@ async def test_load_generator_figures_feed_error_rate_gate(service: DegradableSe
         async with anyio.create_task_group() as tg:
             tg.start_soon(load.run)
             await anyio.sleep(0.4)  # let figures exist before gates look
-            await run_fault(
-                monitor,
-                rec,
-                inject=lambda: service.degrade(error_rate=0.5),
-                rollback=service.restore,
-                healthy_s=0.5,
-                method_s=10,
-            )
+            await degrade_during_method(monitor, rec, service, healthy_s=0.5, method_s=10, error_rate=0.5)
             tg.cancel_scope.cancel()
     assert len(rec.aborts) == 1
     assert monitor.breach is not None and monitor.breach["sli"] == "error_rate"
@@ -291,12 +289,7 @@ def prometheus() -> Iterator[tuple[str, FakePrometheusState]]:
                 self.end_headers()
                 return
             state.queries.append(parse_qs(parsed.query)["query"][0])
-            body = json.dumps(state.body).encode()
-            self.send_response(state.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_json(self, state.status, state.body)
 
     with http_server(Handler) as url:
         yield url, state

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import APPROVER_PASSPHRASE, Approver, base_experiment, hook_project
+from guard_helpers import (
+    APPROVER_PASSPHRASE,
+    Approver,
+    base_experiment,
+    bash_payload,
+    hook_payload,
+    hook_project,
+)
 
 from faultplane.core import approval as approvals
 
@@ -33,25 +40,8 @@ def hook(payload: Any, *, raw: str | None = None, timeout: float = 30) -> subpro
     )
 
 
-def bash(command: str, cwd: Path) -> dict[str, Any]:
-    return {
-        "session_id": "s-1",
-        "transcript_path": str(cwd / "transcript.jsonl"),
-        "cwd": str(cwd),
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": command, "description": "run a chaos experiment"},
-    }
-
-
 def mcp(tool: str, tool_input: dict[str, Any], cwd: Path) -> dict[str, Any]:
-    return {
-        "session_id": "s-1",
-        "cwd": str(cwd),
-        "hook_event_name": "PreToolUse",
-        "tool_name": f"mcp__faultplane__{tool}",
-        "tool_input": tool_input,
-    }
+    return hook_payload(f"mcp__faultplane__{tool}", tool_input, cwd)
 
 
 @pytest.fixture
@@ -78,7 +68,7 @@ ALLOWED_BASH = [
 
 @pytest.mark.parametrize("command", ALLOWED_BASH)
 def test_bash_allowed(project: Path, command: str) -> None:
-    res = hook(bash(command, project))
+    res = hook(bash_payload(command, project))
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
 
@@ -115,7 +105,7 @@ BLOCKED_BASH = [
 
 @pytest.mark.parametrize(("command", "reason"), BLOCKED_BASH, ids=[c for c, _ in BLOCKED_BASH])
 def test_bash_blocked(project: Path, command: str, reason: str) -> None:
-    res = hook(bash(command, project))
+    res = hook(bash_payload(command, project))
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert reason in res.stderr
 
@@ -203,7 +193,7 @@ def test_malformed_input_blocks(project: Path) -> None:
 
 def test_human_approval_unblocks_exactly_that_version(project: Path, approver: Approver) -> None:
     approver.write_policy(project)
-    payload = bash("faultplane run stage1.yaml", project)
+    payload = bash_payload("faultplane run stage1.yaml", project)
     assert hook(payload).returncode == 2
     approve = subprocess.run(
         [
@@ -240,7 +230,7 @@ def test_human_approval_unblocks_exactly_that_version(project: Path, approver: A
 
 def test_project_policy_is_honoured(project: Path) -> None:
     (project / "faultplane.policy.yaml").write_text("gates: {required: false}\n")
-    assert hook(bash("faultplane run nogates.yaml", project)).returncode == 0
+    assert hook(bash_payload("faultplane run nogates.yaml", project)).returncode == 0
     (project / "faultplane.policy.yaml").write_text("gates: {requird: false}\n")
-    res = hook(bash("faultplane run nogates.yaml", project))
+    res = hook(bash_payload("faultplane run nogates.yaml", project))
     assert res.returncode == 2 and "policy cannot be read" in res.stderr

@@ -225,6 +225,19 @@ print(json.dumps({"code": code, "heavy": heavy}))
 """
 
 
+def _lean_probe(project: Path, command: str) -> tuple[dict[str, Any], str]:
+    """LEAN_PROBE in a fresh interpreter: the hook's exit code on `command` and the heavy modules it imported;
+    and its stderr."""
+    res = subprocess.run(
+        [sys.executable, "-c", LEAN_PROBE % (str(project), command)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return json.loads(res.stdout.strip().splitlines()[-1]), res.stderr
+
+
 @pytest.mark.parametrize(
     ("command", "code"),
     [
@@ -235,26 +248,12 @@ print(json.dumps({"code": code, "heavy": heavy}))
 )
 def test_unrelated_commands_load_nothing_heavy(project: Path, command: str, code: int) -> None:
     """`faultplane guard hook` answers ordinary commands without typer, the policy model or the store."""
-    res = subprocess.run(
-        [sys.executable, "-c", LEAN_PROBE % (str(project), command)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out == {"code": code, "heavy": []}, res.stderr
+    out, stderr = _lean_probe(project, command)
+    assert out == {"code": code, "heavy": []}, stderr
 
 
 def test_chaos_commands_do_load_the_policy(project: Path) -> None:
-    res = subprocess.run(
-        [sys.executable, "-c", LEAN_PROBE % (str(project), "kubectl delete pod x -n staging")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out, _ = _lean_probe(project, "kubectl delete pod x -n staging")
     assert out["code"] == 0 and "faultplane.core.policy" in out["heavy"]
 
 

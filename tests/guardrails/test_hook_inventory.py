@@ -10,11 +10,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from guard_helpers import hook_payload
 
 from faultplane.hook.entry import main as hook_main
 
@@ -59,22 +61,20 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _payload(tool: str, tool_input: dict[str, Any], cwd: Path) -> dict[str, Any]:
-    return {
-        "session_id": "s",
-        "cwd": str(cwd),
-        "hook_event_name": "PreToolUse",
-        "tool_name": tool,
-        "tool_input": tool_input,
-    }
+Hook = Callable[[str, dict[str, Any]], tuple[int, str]]
 
 
-def run_hook(
-    payload: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(payload)))
-    code = hook_main()
-    return code, capsys.readouterr().err
+@pytest.fixture
+def hook(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Hook:
+    """The hook's verdict on one tool call (tool name, tool input) made in `project`: its exit code and
+    stderr."""
+
+    def judge(tool: str, tool_input: dict[str, Any]) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(hook_payload(tool, tool_input, project))))
+        code = hook_main()
+        return code, capsys.readouterr().err
+
+    return judge
 
 
 REFUSED = [
@@ -112,61 +112,38 @@ ALLOWED = [
 
 
 @pytest.mark.parametrize("command", REFUSED)
-def test_undeclared_targets_are_refused_by_the_hook(
-    project: Path, command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, err = run_hook(_payload("Bash", {"command": command}, project), monkeypatch, capsys)
+def test_undeclared_targets_are_refused_by_the_hook(hook: Hook, command: str) -> None:
+    code, err = hook("Bash", {"command": command})
     assert code == 2, (command, err)
     assert "inventory" in err and ("Instead" in err or "Fix" in err), err
 
 
 @pytest.mark.parametrize("command", ALLOWED)
-def test_declared_targets_pass_the_hook(
-    project: Path, command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, err = run_hook(_payload("Bash", {"command": command}, project), monkeypatch, capsys)
+def test_declared_targets_pass_the_hook(hook: Hook, command: str) -> None:
+    code, err = hook("Bash", {"command": command})
     assert code == 0, (command, err)
 
 
-def test_mcp_tool_calls_meet_the_same_inventory(
-    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    far = yaml.safe_dump(_exp("admin@db7.corp"))
-    code, err = run_hook(
-        _payload("mcp__faultplane__chaos_run_experiment", {"experiment": far}, project), monkeypatch, capsys
-    )
+def test_mcp_tool_calls_meet_the_same_inventory(hook: Hook) -> None:
+    run = "mcp__faultplane__chaos_run_experiment"
+    code, err = hook(run, {"experiment": yaml.safe_dump(_exp("admin@db7.corp"))})
     assert code == 2 and "inventory.hosts" in err, err
-    code, err = run_hook(
-        _payload(
-            "mcp__faultplane__chaos_run_experiment",
-            {"experiment_name": "ok.yaml", "variables": {"upstream": "http://10.99.0.5/"}},
-            project,
-        ),
-        monkeypatch,
-        capsys,
-    )
+    code, err = hook(run, {"experiment_name": "ok.yaml", "variables": {"upstream": "http://10.99.0.5/"}})
     assert code == 2 and "inventory.hosts" in err, err
-    ok = yaml.safe_dump(_exp("http://127.0.0.1:8080/h"))
-    code, err = run_hook(
-        _payload("mcp__faultplane__chaos_run_experiment", {"experiment": ok}, project), monkeypatch, capsys
-    )
+    code, err = hook(run, {"experiment": yaml.safe_dump(_exp("http://127.0.0.1:8080/h"))})
     assert code == 0, err
 
 
-def test_without_an_inventory_the_hook_judges_names_only(
-    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_without_an_inventory_the_hook_judges_names_only(project: Path, hook: Hook) -> None:
     (project / "faultplane.policy.yaml").write_text(yaml.safe_dump({"gates": POLICY["gates"]}))
     for command in (
         "kubectl delete pod api-1",
         "kubectl delete pod api-1 -n payments",
         "iptables -A OUTPUT -d 192.168.1.9 -j DROP",
     ):
-        code, err = run_hook(_payload("Bash", {"command": command}, project), monkeypatch, capsys)
+        code, err = hook("Bash", {"command": command})
         assert code == 0, (command, err)
-    code, err = run_hook(
-        _payload("Bash", {"command": "kubectl delete pod api-1 -n prod"}, project), monkeypatch, capsys
-    )
+    code, err = hook("Bash", {"command": "kubectl delete pod api-1 -n prod"})
     assert code == 2 and "prod" in err
 
 
@@ -177,7 +154,7 @@ def test_the_hook_process_applies_the_inventory(project: Path, command: str, blo
     env = {k: v for k, v in os.environ.items() if k != "FAULTPLANE_POLICY"}
     res = subprocess.run(
         [sys.executable, "-m", "faultplane.hook"],
-        input=json.dumps(_payload("Bash", {"command": command}, project)),
+        input=json.dumps(hook_payload("Bash", {"command": command}, project)),
         capture_output=True,
         text=True,
         timeout=60,

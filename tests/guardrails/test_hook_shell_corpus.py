@@ -11,11 +11,10 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import base_experiment, hook_project, write_experiment
+from guard_helpers import base_experiment, bash_payload, hook_project, write_experiment
 
 from faultplane.hook.judge import judge_tool_call
 
@@ -105,18 +104,6 @@ def kube_context(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(project.parent / "kubeconfig"))
     monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
     monkeypatch.delenv("FAULTPLANE_APPROVAL", raising=False)
-
-
-def bash_payload(command: str, cwd: Path) -> dict[str, Any]:
-    return {
-        "session_id": "corpus",
-        "transcript_path": str(cwd / "transcript.jsonl"),
-        "cwd": str(cwd),
-        "permission_mode": "default",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": command, "description": "corpus"},
-    }
 
 
 def check(verdict: str, reason: str, command: str, project: Path) -> None:

@@ -99,17 +99,21 @@ def test_without_an_inventory_nothing_changes() -> None:
     ).allowed
 
 
-@pytest.mark.parametrize("command", [["guard", "check"], ["validate"], ["run", "--dry-run"], ["run"]])
-def test_every_cli_surface_uses_the_project_inventory(
-    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working directory: a git project whose project policy is POLICY, and no other policy in force."""
     (tmp_path / ".git").mkdir()
     (tmp_path / "faultplane.policy.yaml").write_text(yaml.safe_dump(POLICY))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
-    marker = tmp_path / "marker"
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", [["guard", "check"], ["validate"], ["run", "--dry-run"], ["run"]])
+def test_every_cli_surface_uses_the_project_inventory(command: list[str], project: Path) -> None:
+    marker = project / "marker"
     doc = _exp("-c", f"open({str(marker)!r}, 'w')", "http://10.99.0.5/", path=sys.executable)
-    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(doc))
+    (project / "exp.yaml").write_text(yaml.safe_dump(doc))
     res = runner.invoke(app, [*command, "exp.yaml"])
     assert res.exit_code != 0 and not marker.exists(), res.output
 
@@ -122,15 +126,12 @@ def test_the_choke_point_enforces_the_inventory(tmp_path: Path) -> None:
 
 
 def test_an_env_policy_cannot_drop_the_project_inventory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from faultplane.core.policy import load_policy
 
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "faultplane.policy.yaml").write_text(yaml.safe_dump(POLICY))
-    lax = tmp_path / "lax.yaml"
+    lax = project / "lax.yaml"
     lax.write_text("inventory: {hosts: ['*']}\n")
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAULTPLANE_POLICY", str(lax))
     pol = load_policy()
     assert pol.inventory is not None and pol.inventory.hosts == []  # no entry both layers declare
@@ -155,17 +156,11 @@ def test_fault_registration_names_are_judged_by_the_policy(
     assert [f.name for f in list_faults(reg)] == ["product-db"]
 
 
-def test_fault_registration_target_outside_the_inventory_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fault_registration_target_outside_the_inventory_is_refused(project: Path) -> None:
     from faultplane.core.faults import FaultRegistry
     from faultplane.services.faults import FaultInputError, manage_fault
 
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "faultplane.policy.yaml").write_text(yaml.safe_dump(POLICY))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("FAULTPLANE_POLICY", raising=False)
-    reg = FaultRegistry(tmp_path / "faults.json")
+    reg = FaultRegistry(project / "faults.json")
     with pytest.raises(FaultInputError, match="inventory"):
         manage_fault("db", "register", fault_type="latency", target="db7.corp", registry=reg)
     manage_fault("db", "register", fault_type="latency", target="127.0.0.1", registry=reg)

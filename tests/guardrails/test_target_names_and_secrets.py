@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from guard_helpers import base_experiment, write_experiment
-from test_hook import bash, hook, mcp
+from guard_helpers import base_experiment, bash_payload, write_experiment
+from test_hook import hook, mcp
 from typer.testing import CliRunner
 
 from faultplane.cli.main import app
@@ -99,7 +99,7 @@ def test_prod_name_is_refused_by_guard_check_and_the_hook(project: Path) -> None
     res = runner.invoke(app, ["guard", "check", "kill.yaml", "--format", "json"])
     assert res.exit_code == 3
     assert "method[0].provider.arguments.name" in [v["field"] for v in json.loads(res.stdout)["violations"]]
-    blocked = hook(bash("faultplane run kill.yaml", project))
+    blocked = hook(bash_payload("faultplane run kill.yaml", project))
     assert blocked.returncode == 2 and "arguments.name" in blocked.stderr
     blocked = hook(mcp("chaos_run_experiment", {"experiment": yaml.safe_dump(doc)}, project))
     assert blocked.returncode == 2 and "arguments.name" in blocked.stderr
@@ -107,7 +107,7 @@ def test_prod_name_is_refused_by_guard_check_and_the_hook(project: Path) -> None
     ok = _with(_driver("process", "suspend", name="staging-api", count=1))
     write_experiment(project, ok, "ok.yaml")
     assert runner.invoke(app, ["guard", "check", "ok.yaml"]).exit_code == 0
-    assert hook(bash("faultplane run ok.yaml", project)).returncode == 0
+    assert hook(bash_payload("faultplane run ok.yaml", project)).returncode == 0
 
 
 async def test_prod_name_is_refused_by_the_engine(project: Path) -> None:
@@ -185,6 +185,6 @@ async def test_engine_guard_check_and_hook_refuse_a_secret_dsn_without_showing_i
     fields = [v["field"] for v in json.loads(res.stdout)["violations"]]
     assert "secrets.db.dsn.$FP_TEST_DSN" in fields and "method[0].provider.arguments.dsn" in fields
     _no_secret_in(res.output)
-    blocked = hook(bash("faultplane run dsn.yaml", project))
+    blocked = hook(bash_payload("faultplane run dsn.yaml", project))
     assert blocked.returncode == 2 and "secrets.db.dsn" in blocked.stderr
     _no_secret_in(blocked.stderr)

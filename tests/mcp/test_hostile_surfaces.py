@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from mcp_helpers import FIXTURES, ServerEnv, free_port, make_env, run_http_server, server_argv
 
 from jsonrpc_helpers import init_params
+from proc_helpers import stop, wait_or_kill, wait_port
 
 LIMIT = 65536
 ERROR_CODES = {-32700, -32600, -32601, -32602, -32603}
@@ -200,11 +201,7 @@ class LinePeer:
         with contextlib.suppress(BrokenPipeError, OSError):
             assert self.proc.stdin is not None
             self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        wait_or_kill(self.proc, 10)
 
 
 def _env(senv: ServerEnv) -> dict[str, str]:
@@ -310,30 +307,14 @@ def http_surface(
         proc = subprocess.Popen(
             [*cmd, "--port", str(port), "--max-body-bytes", str(LIMIT)], env=_env(module_env)
         )
-        _wait(port, proc)
+        wait_port(port, proc)
         url = f"http://127.0.0.1:{port}/mcp"
     with httpx.Client(timeout=30) as client:
         surface = HttpSurface(url, client)
         surface.initialize()
         yield surface
     if proc is not None:
-        _stop(proc)
-
-
-def _wait(port: int, proc: subprocess.Popen[bytes]) -> None:
-    sys.path.insert(0, str(Path(__file__).parents[1] / "plane"))
-    from planehelp import wait_port
-
-    wait_port(port, proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+        stop(proc, timeout=10)
 
 
 @given(frame=hostile)
@@ -413,13 +394,13 @@ def http_proxy_to_hostile(module_env: ServerEnv) -> Iterator[HttpSurface]:
         [*cmd, "--port", str(port), "--max-body-bytes", str(LIMIT)], env=_env(module_env)
     )
     try:
-        _wait(up, upstream)
-        _wait(port, proxy)
+        wait_port(up, upstream)
+        wait_port(port, proxy)
         with httpx.Client(timeout=30) as client:
             yield HttpSurface(f"http://127.0.0.1:{port}/mcp", client)
     finally:
-        _stop(proxy)
-        _stop(upstream)
+        stop(proxy, timeout=10)
+        stop(upstream, timeout=10)
 
 
 @given(frame=server_frames, sse=st.booleans())

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from mcp_helpers import ServerEnv, free_port, make_env, run_http_server
 
+from proc_helpers import stop, wait_port
+
 ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(os.environ.get("FAULTPLANE_CONFORMANCE_DIR") or ROOT / ".cache" / "conformance")
 ENTRY = CONF_DIR / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
@@ -115,14 +117,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         cmd = [sys.executable, "-m", "faultplane.plane.proxy_http", "--no-record", "--upstream", srv.url]
         proxy = subprocess.Popen([*cmd, "--port", str(port)], env={**os.environ, **senv.env})
         try:
-            sys.path.insert(0, str(Path(__file__).parents[1] / "plane"))
-            from planehelp import wait_port
-
             wait_port(port, proxy)
             yield srv.url, f"http://127.0.0.1:{port}/mcp"
         finally:
-            proxy.terminate()
-            proxy.wait(10)
+            stop(proxy, timeout=10)
 
 
 @pytest.mark.slow

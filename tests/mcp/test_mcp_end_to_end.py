@@ -129,31 +129,22 @@ async def test_injected_occurrence_fires_once_in_another_process(server_env: Ser
     reg = FaultRegistry(server_env.registry)
     from mcp_helpers import stdio_client
 
+    def register(probability: float) -> dict[str, Any]:
+        return {
+            "fault_name": "once",
+            "action": "register",
+            "fault_type": "error",
+            "probability": probability,
+            "error_message": "armed",
+        }
+
     with anyio.fail_after(90):
         async with stdio_client(server_env) as c:
-            await c.call_tool(
-                "chaos_inject_fault",
-                {
-                    "fault_name": "once",
-                    "action": "register",
-                    "fault_type": "error",
-                    "probability": 1.0,
-                    "error_message": "armed",
-                },
-            )
+            await c.call_tool("chaos_inject_fault", register(1.0))
             r = await c.call_tool("chaos_inject_fault", {"fault_name": "once", "action": "inject"})
             assert r.structured_content and r.structured_content["was_triggered"] is True
             # register overwrites the spec but keeps the armed occurrence
-            await c.call_tool(
-                "chaos_inject_fault",
-                {
-                    "fault_name": "once",
-                    "action": "register",
-                    "fault_type": "error",
-                    "probability": 0.0,
-                    "error_message": "armed",
-                },
-            )
+            await c.call_tool("chaos_inject_fault", register(0.0))
         assert reg.armed("once") == 1
         worker = Worker(server_env, "once")
         try:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from mcp_helpers import HttpServer, ServerEnv, server_argv
 
 from jsonrpc_helpers import initialize, tool_call
+from proc_helpers import wait_or_kill
 
 pytestmark = pytest.mark.anyio
 
@@ -63,17 +64,23 @@ not_object = json_values.filter(lambda v: not isinstance(v, dict)).map(lambda v:
 
 DEFECTS = ("jsonrpc", "method", "id", "params", "empty")
 
+# a wrong "jsonrpc" member, None standing for a missing one
+wrong_jsonrpc = st.one_of(st.none(), st.integers(), st.text(max_size=5).filter(lambda s: s != "2.0"))
+
+
+def _set_jsonrpc(msg: dict[str, Any], value: Any) -> None:
+    if value is None:
+        del msg["jsonrpc"]
+    else:
+        msg["jsonrpc"] = value
+
 
 @st.composite
 def bad_envelope(draw: st.DrawFn) -> bytes:
     msg: dict[str, Any] = {"jsonrpc": "2.0", "id": draw(st.integers(1, 10**6)), "method": "tools/list"}
     defect = draw(st.sampled_from(DEFECTS))
     if defect == "jsonrpc":
-        bad = draw(st.one_of(st.just(None), st.integers(), st.text(max_size=5).filter(lambda s: s != "2.0")))
-        if bad is None:
-            del msg["jsonrpc"]
-        else:
-            msg["jsonrpc"] = bad
+        _set_jsonrpc(msg, draw(wrong_jsonrpc))
     elif defect == "method":
         msg["method"] = draw(
             st.one_of(
@@ -261,11 +268,7 @@ def stdio_case(draw: st.DrawFn) -> Expectation:
         msg: Any = {"jsonrpc": "2.0", "id": rid, "method": draw(st.sampled_from(["tools/list", "ping"]))}
         defect = draw(st.sampled_from(["jsonrpc", "method", "params"]))
         if defect == "jsonrpc":
-            bad = draw(st.one_of(st.none(), st.integers(), st.text(max_size=5).filter(lambda s: s != "2.0")))
-            if bad is None:
-                del msg["jsonrpc"]
-            else:
-                msg["jsonrpc"] = bad
+            _set_jsonrpc(msg, draw(wrong_jsonrpc))
         elif defect == "method":
             if draw(st.booleans()):
                 del msg["method"]
@@ -354,11 +357,7 @@ class StdioPeer:
     def close(self) -> None:
         if self.proc.stdin:
             self.proc.stdin.close()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        wait_or_kill(self.proc, 15)
 
 
 def test_stdio_200_generated_malformed_messages_get_the_errors_json_rpc_requires(

@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from planehelp import PY, SERVER, child_env, free_port, stop, wait_port
+from planehelp import PY, SERVER, child_env
+
+from proc_helpers import free_port, stop, wait_port
 
 
 @pytest.fixture(scope="module")

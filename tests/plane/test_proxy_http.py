@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from planehelp import PY, SERVER, child_env, free_port, outcomes, predicted, stop, wait_port, write_plan
+from planehelp import PY, SERVER, child_env, outcomes, predicted, write_plan
 from typer.testing import CliRunner
 
 from faultplane.cli.plane import app
@@ -21,6 +21,7 @@ from faultplane.plane.recorder import plane_store
 from jsonrpc_helpers import initialize
 from jsonrpc_helpers import tool_call as call
 from mcp import Client, MCPError
+from proc_helpers import free_port, stop, wait_port
 
 pytestmark = pytest.mark.anyio
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -12,40 +13,31 @@ def _record(path: str, hook: str, context: Any, extra: dict[str, Any] | None = N
         fh.write(f"{label}{hook}:{name}\n")
 
 
-def before_experiment_control(context: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "experiment-before", context, kwargs)
+def _before(level: str) -> Callable[..., None]:
+    def control(context: Any, path: str, **kwargs: Any) -> None:
+        _record(path, f"{level}-before", context, kwargs)
+
+    return control
 
 
-def after_experiment_control(context: Any, state: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "experiment-after", context, kwargs)
+def _after(level: str) -> Callable[..., None]:
+    # `state` named, as a real after-control's is: both runners pass what the signature asks for
+    def control(context: Any, state: Any, path: str, **kwargs: Any) -> None:
+        _record(path, f"{level}-after", context, kwargs)
+
+    return control
 
 
-def before_hypothesis_control(context: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "hypothesis-before", context, kwargs)
-
-
-def after_hypothesis_control(context: Any, state: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "hypothesis-after", context, kwargs)
-
-
-def before_method_control(context: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "method-before", context, kwargs)
-
-
-def after_method_control(context: Any, state: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "method-after", context, kwargs)
-
-
-def before_rollback_control(context: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "rollback-before", context, kwargs)
-
-
-def after_rollback_control(context: Any, state: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "rollback-after", context, kwargs)
-
-
-def before_activity_control(context: Any, path: str, **kwargs: Any) -> None:
-    _record(path, "activity-before", context, kwargs)
+# the runners look each hook up by its name in this module
+before_experiment_control = _before("experiment")
+after_experiment_control = _after("experiment")
+before_hypothesis_control = _before("hypothesis")
+after_hypothesis_control = _after("hypothesis")
+before_method_control = _before("method")
+after_method_control = _after("method")
+before_rollback_control = _before("rollback")
+after_rollback_control = _after("rollback")
+before_activity_control = _before("activity")
 
 
 def after_activity_control(
