@@ -104,21 +104,33 @@ SELECT rid, experiment.title, family, content_hash, status, fp_truthy(dry_run),
 FROM _fp_src
 """
 
-# the order of journal_rows: method runs, rollbacks, then the probes before and after
-_ACTIVITIES = """
+# the order of journal_rows: method runs, rollbacks, then the probes before and after; each list unnested on its own
+# (its seq after the lists before it) instead of one list of them all: concatenating the four lists of structs, each
+# item wrapped with its phase, cost more than the rest of the statement (~0.20 -> ~0.12 CPU-s per 40k journals). The
+# rows come grouped by phase instead of by run: nothing reads them in table order (seq orders them).
+_ACTIVITY_LISTS = (
+    ("method", "run"),
+    ("rollbacks", "rollbacks"),
+    ("hypothesis_before", "steady_states.before.probes"),
+    ("hypothesis_after", "steady_states.after.probes"),
+)
+
+
+def _unnest_activities(i: int) -> str:
+    """The rows of the i-th activity list of each journal, numbered on from the lists before it."""
+    phase, items = _ACTIVITY_LISTS[i]
+    before = "".join(f" + len(coalesce({other}, []))" for _, other in _ACTIVITY_LISTS[:i])
+    return (
+        f"SELECT rid, '{phase}' AS phase, unnest({items}) AS a, "
+        f"(generate_subscripts({items}, 1) - 1{before})::INTEGER AS seq FROM _fp_src"
+    )
+
+
+_ACTIVITIES = f"""
 INSERT INTO activities (run_id, seq, phase, name, type, status, started_at, ended_at, duration_s, output, error)
-SELECT rid, seq, x.phase, x.a.activity.name, x.a.activity.type, x.a.status, x.a.start::TIMESTAMPTZ,
-       x.a."end"::TIMESTAMPTZ, x.a.duration, coalesce(x.a.output::VARCHAR, 'null'), x.a.exception
-FROM (
-    SELECT rid, unnest(acts) AS x, (generate_subscripts(acts, 1) - 1)::INTEGER AS seq
-    FROM (
-        SELECT rid, list_concat(
-            list_transform(coalesce(run, []), lambda a: {'phase': 'method', 'a': a}),
-            list_transform(coalesce(rollbacks, []), lambda a: {'phase': 'rollbacks', 'a': a}),
-            list_transform(coalesce(steady_states.before.probes, []), lambda a: {'phase': 'hypothesis_before', 'a': a}),
-            list_transform(coalesce(steady_states.after.probes, []), lambda a: {'phase': 'hypothesis_after', 'a': a})
-        ) AS acts
-        FROM _fp_src))
+SELECT rid, seq, phase, a.activity.name, a.activity.type, a.status, a.start::TIMESTAMPTZ, a."end"::TIMESTAMPTZ,
+       a.duration, coalesce(a.output::VARCHAR, 'null'), a.exception
+FROM ({" UNION ALL ".join(_unnest_activities(i) for i in range(len(_ACTIVITY_LISTS)))})
 """
 
 # The journal's text, read again from the files (copied once, into the table, instead of through _fp_raw too) and
