@@ -158,8 +158,10 @@ SELECT r.rid, now(),
        CASE WHEN r.rid IS NULL OR o.body IS NULL THEN error('{_OUT_OF_STEP}: not as many lines as journals')
             WHEN contains(o.body, r.rid) OR (o.body ->> 'run_id') = r.rid THEN o.body
             ELSE error('{_OUT_OF_STEP} at run ' || r.rid) END
-FROM (SELECT rid, keep FROM _fp_raw) r
-POSITIONAL JOIN {{reader}} o
+-- the texts on the left: POSITIONAL JOIN gathers its right side in memory first, and gathering the texts there cost
+-- ~0.25 CPU-s per 100k journals in this statement (~0.15 of the whole ingest); both sides are read in order
+FROM {{reader}} o
+POSITIONAL JOIN (SELECT rid, keep FROM _fp_raw) r
 -- a row POSITIONAL JOIN pads (one side ran out of lines) has no keep: it is checked, and fails
 WHERE r.keep IS DISTINCT FROM false
 """
