@@ -7,8 +7,8 @@ rule (tests/evidence/test_bulk_ingest.py checks both give the same rows on gener
 changes, this changes with it.
 
 Each journal is parsed once, by `read_json` with the typed structure below (the activity lists become lists of
-structs, so no field is extracted from JSON text twice); its text comes from `read_ndjson_objects` over the same
-files, paired line for line (POSITIONAL JOIN: both are DuckDB's one JSON scanner, which skips the same blank lines).
+structs, so no field is extracted from JSON text twice); its text comes from the same files read again as lines
+(`read_csv`, or `read_ndjson_objects` where those do not pair up), paired line for line (POSITIONAL JOIN).
 Fields whose JSON type decides the row (truthiness in Python, objects read only when they are objects) stay JSON.
 """
 
@@ -112,7 +112,7 @@ FROM _fp_src
 # the order of journal_rows: method runs, rollbacks, then the probes before and after; each list unnested on its own
 # (its seq after the lists before it) instead of one list of them all: concatenating the four lists of structs, each
 # item wrapped with its phase, cost more than the rest of the statement (~0.20 -> ~0.12 CPU-s per 40k journals). The
-# rows come grouped by phase instead of by run: nothing reads them in table order (seq orders them).
+# rows come in no particular order (see _write_batch): nothing reads them in table order (seq orders them).
 _ACTIVITY_LISTS = (
     ("method", "run"),
     ("rollbacks", "rollbacks"),
