@@ -206,16 +206,19 @@ def test_a_failing_batch_leaves_nothing_of_itself_and_the_batches_before_it_writ
         ingest_ndjson(store, [good], batch_bytes=0)
 
 
+SETTINGS = "SELECT current_setting('force_compression'), current_setting('preserve_insertion_order')"
+
+
 @one_journal
 def test_bulk_ingest_puts_the_storage_setting_back(j: dict[str, Any], tmp_path: Path) -> None:
-    """The ingest's COMMIT stores bodies with ZSTD through a database-wide setting; it is reset afterwards, so the
-    store's other writes keep DuckDB's own choice."""
+    """The ingest's COMMIT stores bodies with ZSTD, and its derived rows are inserted without insertion order, through
+    connection-wide settings; both are reset afterwards, so the store's other writes keep DuckDB's own choices."""
     store = _fresh_store(tmp_path)
     good = _ndjson(tmp_path / "good.ndjson", j)
     with store.batch():  # one connection throughout: a setting left behind would still be there
         with store.connect() as con:
-            before = con.execute("SELECT current_setting('force_compression')").fetchone()[0]
+            before = con.execute(SETTINGS).fetchone()
         assert ingest_ndjson(store, [good]) == 1
         with store.connect() as con:
-            assert con.execute("SELECT current_setting('force_compression')").fetchone()[0] == before
+            assert con.execute(SETTINGS).fetchone() == before
     assert store.query("SELECT count(*) AS n FROM journals")[0]["n"] == 1

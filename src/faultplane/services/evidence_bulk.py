@@ -7,8 +7,8 @@ rule (tests/evidence/test_bulk_ingest.py checks both give the same rows on gener
 changes, this changes with it.
 
 Each journal is parsed once, by `read_json` with the typed structure below (the activity lists become lists of
-structs, so no field is extracted from JSON text twice); its text comes from `read_ndjson_objects` over the same
-files, paired line for line (POSITIONAL JOIN: both are DuckDB's one JSON scanner, which skips the same blank lines).
+structs, so no field is extracted from JSON text twice); its text comes from the same files read again as lines
+(`read_csv`, or `read_ndjson_objects` where those do not pair up), paired line for line (POSITIONAL JOIN).
 Fields whose JSON type decides the row (truthiness in Python, objects read only when they are objects) stay JSON.
 """
 
@@ -48,6 +48,11 @@ _ACTIVITY = (
     "arguments STRUCT(fault_type VARCHAR, fault STRUCT(type VARCHAR)))), status VARCHAR, start VARCHAR, "
     '"end" VARCHAR, duration DOUBLE, output JSON, exception VARCHAR)'
 )
+# probes and rollbacks without their provider: only the method's actions name fault types (~8% less CPU to parse)
+_ACTIVITY_NO_PROVIDER = _ACTIVITY.replace(
+    ", provider STRUCT(driver VARCHAR, name VARCHAR, arguments STRUCT(fault_type VARCHAR, fault STRUCT(type VARCHAR)))",
+    "",
+)
 _COLUMNS = {
     "run_id": "JSON",
     "family": "VARCHAR",
@@ -64,10 +69,10 @@ _COLUMNS = {
     "experiment": "STRUCT(title VARCHAR, tags VARCHAR[], estimate JSON)",
     "estimate": "JSON",
     "policy": "STRUCT(stage INTEGER)",
-    "steady_states": f"STRUCT(before STRUCT(steady_state_met BOOLEAN, probes {_ACTIVITY}[]), "
-    f"after STRUCT(steady_state_met BOOLEAN, probes {_ACTIVITY}[]), recovery JSON)",
+    "steady_states": f"STRUCT(before STRUCT(steady_state_met BOOLEAN, probes {_ACTIVITY_NO_PROVIDER}[]), "
+    f"after STRUCT(steady_state_met BOOLEAN, probes {_ACTIVITY_NO_PROVIDER}[]), recovery JSON)",
     "run": f"{_ACTIVITY}[]",
-    "rollbacks": f"{_ACTIVITY}[]",
+    "rollbacks": f"{_ACTIVITY_NO_PROVIDER}[]",
     "gates": "STRUCT(samples STRUCT(sli VARCHAR, value DOUBLE)[], breach JSON)",
     "load": "JSON",
 }
@@ -104,21 +109,33 @@ SELECT rid, experiment.title, family, content_hash, status, fp_truthy(dry_run),
 FROM _fp_src
 """
 
-# the order of journal_rows: method runs, rollbacks, then the probes before and after
-_ACTIVITIES = """
+# the order of journal_rows: method runs, rollbacks, then the probes before and after; each list unnested on its own
+# (its seq after the lists before it) instead of one list of them all: concatenating the four lists of structs, each
+# item wrapped with its phase, cost more than the rest of the statement (~0.20 -> ~0.12 CPU-s per 40k journals). The
+# rows come in no particular order (see _write_batch): nothing reads them in table order (seq orders them).
+_ACTIVITY_LISTS = (
+    ("method", "run"),
+    ("rollbacks", "rollbacks"),
+    ("hypothesis_before", "steady_states.before.probes"),
+    ("hypothesis_after", "steady_states.after.probes"),
+)
+
+
+def _unnest_activities(i: int) -> str:
+    """The rows of the i-th activity list of each journal, numbered on from the lists before it."""
+    phase, items = _ACTIVITY_LISTS[i]
+    before = "".join(f" + len(coalesce({other}, []))" for _, other in _ACTIVITY_LISTS[:i])
+    return (
+        f"SELECT rid, '{phase}' AS phase, unnest({items}) AS a, "
+        f"(generate_subscripts({items}, 1) - 1{before})::INTEGER AS seq FROM _fp_src"
+    )
+
+
+_ACTIVITIES = f"""
 INSERT INTO activities (run_id, seq, phase, name, type, status, started_at, ended_at, duration_s, output, error)
-SELECT rid, seq, x.phase, x.a.activity.name, x.a.activity.type, x.a.status, x.a.start::TIMESTAMPTZ,
-       x.a."end"::TIMESTAMPTZ, x.a.duration, coalesce(x.a.output::VARCHAR, 'null'), x.a.exception
-FROM (
-    SELECT rid, unnest(acts) AS x, (generate_subscripts(acts, 1) - 1)::INTEGER AS seq
-    FROM (
-        SELECT rid, list_concat(
-            list_transform(coalesce(run, []), lambda a: {'phase': 'method', 'a': a}),
-            list_transform(coalesce(rollbacks, []), lambda a: {'phase': 'rollbacks', 'a': a}),
-            list_transform(coalesce(steady_states.before.probes, []), lambda a: {'phase': 'hypothesis_before', 'a': a}),
-            list_transform(coalesce(steady_states.after.probes, []), lambda a: {'phase': 'hypothesis_after', 'a': a})
-        ) AS acts
-        FROM _fp_src))
+SELECT rid, seq, phase, a.activity.name, a.activity.type, a.status, a.start::TIMESTAMPTZ, a."end"::TIMESTAMPTZ,
+       a.duration, coalesce(a.output::VARCHAR, 'null'), a.exception
+FROM ({" UNION ALL ".join(_unnest_activities(i) for i in range(len(_ACTIVITY_LISTS)))})
 """
 
 # The journal's text, read again from the files (copied once, into the table, instead of through _fp_raw too) and
@@ -141,8 +158,10 @@ SELECT r.rid, now(),
        CASE WHEN r.rid IS NULL OR o.body IS NULL THEN error('{_OUT_OF_STEP}: not as many lines as journals')
             WHEN contains(o.body, r.rid) OR (o.body ->> 'run_id') = r.rid THEN o.body
             ELSE error('{_OUT_OF_STEP} at run ' || r.rid) END
-FROM (SELECT rid, keep FROM _fp_raw) r
-POSITIONAL JOIN {{reader}} o
+-- the texts on the left: POSITIONAL JOIN gathers its right side in memory first, and gathering the texts there cost
+-- ~0.25 CPU-s per 100k journals in this statement (~0.15 of the whole ingest); both sides are read in order
+FROM {{reader}} o
+POSITIONAL JOIN (SELECT rid, keep FROM _fp_raw) r
 -- a row POSITIONAL JOIN pads (one side ran out of lines) has no keep: it is checked, and fails
 WHERE r.keep IS DISTINCT FROM false
 """
@@ -247,6 +266,16 @@ FROM m
 """
 
 
+# DuckDB writes a transaction's new rows of a table straight to the file, compressed as they come, when the table
+# was empty or gets at least one row group (122,880 rows) of them; below that, COMMIT appends them to the table row by
+# row, copying every journal text once more, and compresses them then. Batches of ~1 GiB hold that many journals of up
+# to ~8 KiB: 130k journals into a store holding 50k went from ~12,800 to ~17,800 per CPU-second, and bench_store's
+# 100k (two batches of 256 MiB before) from ~15,900 to ~17,500 (~2 GB peak memory for 750 MB of NDJSON in one batch,
+# against ~1.2 GB in batches of 256 MiB).
+_BATCH_BYTES = 1024 * 1024 * 1024
+_BLOCK_MEMORY = "512MiB"
+
+
 def _try(con: Any, statement: str) -> bool:
     """Run a storage setting; False where this DuckDB lacks it (the ingest is the same without it)."""
     import duckdb
@@ -282,7 +311,7 @@ def ingest_ndjson(
     files: Sequence[str | os.PathLike[str]],
     *,
     max_object_bytes: int = 64 * 1024 * 1024,
-    batch_bytes: int = 256 * 1024 * 1024,
+    batch_bytes: int = _BATCH_BYTES,
 ) -> int:
     """Write every journal in `files` (one JSON journal per line) to a DuckDB store, replacing earlier rows of the
     same runs; returns the number of journals written.
@@ -307,6 +336,12 @@ def ingest_ndjson(
     with store.connect() as con:
         for macro in _MACROS:
             con.execute(macro)
+        # Memory DuckDB keeps for its blocks instead of handing it back to the system: a batch's journal texts pass
+        # through a few hundred MB of fresh blocks, and faulting new pages in was ~1/6 of the ingest's CPU: 100k
+        # bench journals in one batch took 5.1-5.4 CPU-s instead of 5.7-6.0. The setting cannot be lowered again, so the
+        # database instance keeps up to that much until the store's connection closes (after this call, outside a
+        # `store.batch()`). Where it is higher already or this DuckDB lacks it, the ingest is the same without.
+        _try(con, f"SET block_allocator_memory = '{_BLOCK_MEMORY}'")
         return sum(_ingest_batch(con, group, max_object_bytes) for group in _batches(paths, batch_bytes))
 
 
@@ -355,21 +390,30 @@ def _write_batch(con: Any, paths: list[str], max_object_bytes: int, reader: str)
     # ~2.9 CPU-s off 20k journals and stored them in ~12 MB instead of ~43 MB (DICT_FSST). The setting is
     # the database's, so it is put back right after; numeric columns keep their own encodings.
     zstd = _try(con, "SET force_compression = 'zstd'")
+    unordered = False
     try:
         con.execute("BEGIN")
         try:
             for table in ("runs", "activities", "journals", "run_metrics"):
                 con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT rid FROM _fp_src)")
-            con.execute(_RUNS)
-            con.execute(_ACTIVITIES)
+            # the journals first, in insertion order: their POSITIONAL JOIN pairs lines in order
             con.execute(
                 _JOURNALS.format(reader=_BODY_READERS[reader]), {"files": paths, "max_size": max_object_bytes}
             )
+            # The other rows are keyed (run id, seq) and nothing reads them in table order: without insertion order
+            # DuckDB runs the activities' four unnests and parts of run_metrics on both cores (100k journals: ~5%
+            # less wall time, CPU the same, the store ~4% bigger as rows of different runs interleave). Put back
+            # after the transaction ends (an aborted one refuses even a RESET): the parse relies on that order.
+            unordered = _try(con, "SET preserve_insertion_order = false")
+            con.execute(_RUNS)
+            con.execute(_ACTIVITIES)
             con.execute(_METRICS)
         except BaseException:
             con.execute("ROLLBACK")
             raise
         con.execute("COMMIT")
     finally:
+        if unordered:
+            _try(con, "RESET preserve_insertion_order")
         if zstd:
             _try(con, "RESET force_compression")
