@@ -15,6 +15,8 @@ import os
 import re
 from pathlib import Path
 
+from faultplane.core.paths import faultplane_dir
+
 POLICY_NAME = re.compile(r"faultplane\.policy[^/]*\.ya?ml", re.IGNORECASE)
 _PROTECTED_BASENAMES = (
     "faultplane.policy.yaml",
@@ -28,14 +30,6 @@ _GLOB = re.compile(r"[*?\[]")
 _AGENT_SETTINGS = re.compile(r"settings(\.local)?\.json", re.IGNORECASE)
 
 
-def _config_dir() -> Path:
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "faultplane"
-
-
-def _state_dir() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "faultplane"
-
-
 def _key_file() -> Path | None:
     env = os.environ.get("FAULTPLANE_APPROVER_KEY") or os.environ.get("FAULTPLANE_APPROVAL_KEY")
     return Path(env).expanduser() if env else None
@@ -44,7 +38,7 @@ def _key_file() -> Path | None:
 def guarded_dirs() -> list[Path]:
     # the XDG locations in force and the default ones: an agent may point XDG_* elsewhere for its own shell
     home = Path.home()
-    dirs = [_config_dir(), _state_dir() / "approvals"]
+    dirs = [faultplane_dir("config"), faultplane_dir("state") / "approvals"]
     for default in (home / ".config" / "faultplane", home / ".local" / "state" / "faultplane" / "approvals"):
         if default not in dirs:
             dirs.append(default)
