@@ -43,16 +43,22 @@ _MACROS = [
 # What the rows read of an activity (journal_rows, fault_types). A typed field holding a value of another type reads
 # as NULL (a string where a number belongs) or as its JSON text (a number where a string belongs), as the Python
 # path's inserts would cast it; `arguments` and `output` are read only when they are objects, so they stay JSON.
-_ACTIVITY = (
-    "STRUCT(activity STRUCT(name VARCHAR, type VARCHAR, provider STRUCT(driver VARCHAR, name VARCHAR, "
-    "arguments STRUCT(fault_type VARCHAR, fault STRUCT(type VARCHAR)))), status VARCHAR, start VARCHAR, "
-    '"end" VARCHAR, duration DOUBLE, output JSON, exception VARCHAR)'
+_PROVIDER = (
+    "provider STRUCT(driver VARCHAR, name VARCHAR, "
+    "arguments STRUCT(fault_type VARCHAR, fault STRUCT(type VARCHAR)))"
 )
+
+
+def _activity(*provider: str) -> str:
+    return (
+        f"STRUCT(activity STRUCT({', '.join(('name VARCHAR', 'type VARCHAR', *provider))}), status VARCHAR, "
+        'start VARCHAR, "end" VARCHAR, duration DOUBLE, output JSON, exception VARCHAR)'
+    )
+
+
+_ACTIVITY = _activity(_PROVIDER)
 # probes and rollbacks without their provider: only the method's actions name fault types (~8% less CPU to parse)
-_ACTIVITY_NO_PROVIDER = _ACTIVITY.replace(
-    ", provider STRUCT(driver VARCHAR, name VARCHAR, arguments STRUCT(fault_type VARCHAR, fault STRUCT(type VARCHAR)))",
-    "",
-)
+_ACTIVITY_NO_PROVIDER = _activity()
 _COLUMNS = {
     "run_id": "JSON",
     "family": "VARCHAR",
