@@ -256,8 +256,7 @@ class _Sender:
                 tally[b.kind] += b.items
 
     def _drop(self, batch: _Batch, reason: str | None) -> None:
-        with self.lock:
-            self.dropped[batch.kind] += batch.items
+        self.count(self.dropped, [batch])
         if reason:
             log.warning(
                 "OpenTelemetry: %d %s dropped (%s; collector %s)",
