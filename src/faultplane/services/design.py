@@ -152,26 +152,18 @@ def design_experiments(
     try:
         policy = load_policy(policy_path)
     except PolicyError as exc:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="policy", message=str(exc), fix="correct the policy file or pass --policy"
-                )
-            ]
+        raise ExperimentError.one(
+            field="policy", message=str(exc), fix="correct the policy file or pass --policy"
         ) from None
 
     from faultplane.services.compliance import split_known
 
     _, unknown = split_known(req.compliance)
     if unknown:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="compliance",
-                    message=f"unknown requirement id(s): {', '.join(unknown)}",
-                    fix="use ids from `faultplane compliance requirements` (e.g. DORA-25, SOC2-A1.3)",
-                )
-            ]
+        raise ExperimentError.one(
+            field="compliance",
+            message=f"unknown requirement id(s): {', '.join(unknown)}",
+            fix="use ids from `faultplane compliance requirements` (e.g. DORA-25, SOC2-A1.3)",
         )
 
     runnable, held = fault_recipes(req)

@@ -157,14 +157,10 @@ def _load(source: Source) -> dict[str, Any]:
         try:
             return load_document(find_experiment(source))
         except LookupError as exc:
-            raise ExperimentError(
-                [
-                    ValidationIssue(
-                        field="experiment",
-                        message=str(exc),
-                        fix="pass a file path, inline YAML/JSON/TOON, or a listed name",
-                    )
-                ]
+            raise ExperimentError.one(
+                field="experiment",
+                message=str(exc),
+                fix="pass a file path, inline YAML/JSON/TOON, or a listed name",
             ) from None
     return load_document(source)
 

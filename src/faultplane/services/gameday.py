@@ -77,12 +77,8 @@ async def run_gameday(
         # a broken or missing policy file stops the GameDay before anything runs, not inside a lane
         load_policy(policy_path)
     except PolicyError as exc:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="policy", message=str(exc), fix="correct the policy file or pass --policy"
-                )
-            ]
+        raise ExperimentError.one(
+            field="policy", message=str(exc), fix="correct the policy file or pass --policy"
         ) from None
     overrides = dict(variables or {})
     store = store or open_store()

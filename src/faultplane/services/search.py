@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import anyio
 
-from faultplane.core.formats import ExperimentError, ValidationIssue
+from faultplane.core.formats import ExperimentError
 from faultplane.core.store import Store, open_store
 from faultplane.services import search_spec
 from faultplane.services.search_fitness import breaches_bound, describe_objective, fitness, measure
@@ -101,32 +101,24 @@ async def run_search(
     if not isinstance(spec, SearchSpec):
         spec = load_search_spec(spec)
     if spec.policy and not allow_spec_policy:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="policy",
-                    message=f"this search may not choose its policy file ({spec.policy!r}): a search started "
-                    "by an agent runs under the policy in force, so it cannot pick a laxer one",
-                    fix="remove `policy` from the spec; whoever runs the server sets the policy "
-                    "(faultplane.policy.yaml in its project directory, or $FAULTPLANE_POLICY)",
-                )
-            ]
+        raise ExperimentError.one(
+            field="policy",
+            message=f"this search may not choose its policy file ({spec.policy!r}): a search started "
+            "by an agent runs under the policy in force, so it cannot pick a laxer one",
+            fix="remove `policy` from the spec; whoever runs the server sets the policy "
+            "(faultplane.policy.yaml in its project directory, or $FAULTPLANE_POLICY)",
         )
     policy = policy_path if policy_path is not None else spec.policy
     try:
         # a broken or missing policy file stops the search before the first trial, named as such
         load_policy(policy)
     except PolicyError as exc:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="policy",
-                    message=str(exc),
-                    fix="correct the policy file, or name an existing one (--policy, or `policy` in the spec)"
-                    if allow_spec_policy
-                    else "the server's policy file is broken: whoever runs the server must fix it",
-                )
-            ]
+        raise ExperimentError.one(
+            field="policy",
+            message=str(exc),
+            fix="correct the policy file, or name an existing one (--policy, or `policy` in the spec)"
+            if allow_spec_policy
+            else "the server's policy file is broken: whoever runs the server must fix it",
         ) from None
     store = store or open_store()
     store.ensure_schema("search", SEARCH_MIGRATIONS)
@@ -137,30 +129,20 @@ async def run_search(
     planned = plan(raw, probe_vars)
     unused = [k for k in spec.parameters if f"${{{k}}}" not in json.dumps(raw)]
     if unused:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field=f"parameters.{unused[0]}",
-                    message=f"the experiment never uses ${{{unused[0]}}}, so searching it changes nothing",
-                    fix="write ${"
-                    + unused[0]
-                    + "} where the fault's size is set (e.g. in the action's arguments)",
-                )
-            ]
+        raise ExperimentError.one(
+            field=f"parameters.{unused[0]}",
+            message=f"the experiment never uses ${{{unused[0]}}}, so searching it changes nothing",
+            fix="write ${" + unused[0] + "} where the fault's size is set (e.g. in the action's arguments)",
         )
     gate = None
     if spec.objective.source == "gate":
         gate = next((g for g in planned.experiment.slo_gates if g.name == spec.objective.name), None)
         if gate is None:
             names = ", ".join(g.name for g in planned.experiment.slo_gates) or "(none)"
-            raise ExperimentError(
-                [
-                    ValidationIssue(
-                        field="objective.name",
-                        message=f"the experiment has no gate named {spec.objective.name!r}",
-                        fix=f"use one of its gates: {names}",
-                    )
-                ]
+            raise ExperimentError.one(
+                field="objective.name",
+                message=f"the experiment has no gate named {spec.objective.name!r}",
+                fix=f"use one of its gates: {names}",
             )
     op, bound, text = describe_objective(spec.objective, gate)
     scale = abs(bound) if bound else 1.0
@@ -196,12 +178,8 @@ async def run_search(
             )
         except ExperimentError as exc:
             study.tell(ot, state=optuna.trial.TrialState.FAIL)
-            raise ExperimentError(
-                [
-                    ValidationIssue(
-                        field=f"trial {index} {params}", message=str(exc), fix="narrow the parameter ranges"
-                    )
-                ]
+            raise ExperimentError.one(
+                field=f"trial {index} {params}", message=str(exc), fix="narrow the parameter ranges"
             ) from None
         severity = sum(spec.parameters[k].severity_of(v) for k, v in params.items()) / len(params)
         trial = TrialResult(

@@ -182,15 +182,11 @@ def load_search_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
                 ]
             ) from None
     if "method" in data and "parameters" not in data:
-        raise ExperimentError(
-            [
-                ValidationIssue(
-                    field="spec",
-                    message="this is an experiment, not a search spec",
-                    fix="write a search spec that names it: experiment: <its path>, parameters: {...}, "
-                    "objective: {...} (docs/gamedays.md, 'Boundary search')",
-                )
-            ]
+        raise ExperimentError.one(
+            field="spec",
+            message="this is an experiment, not a search spec",
+            fix="write a search spec that names it: experiment: <its path>, parameters: {...}, "
+            "objective: {...} (docs/gamedays.md, 'Boundary search')",
         )
     try:
         spec = SearchSpec.model_validate(data)
@@ -236,12 +232,8 @@ def _find_spec(name: str) -> Path:
         for suffix in (".yaml", ".yml", ".json"):
             if (d / f"{name}{suffix}").is_file():
                 return d / f"{name}{suffix}"
-    raise ExperimentError(
-        [
-            ValidationIssue(
-                field="spec",
-                message=f"no search spec file or bundled spec named {name!r}",
-                fix="pass a search spec file path, or a bundled spec name such as search-payment",
-            )
-        ]
+    raise ExperimentError.one(
+        field="spec",
+        message=f"no search spec file or bundled spec named {name!r}",
+        fix="pass a search spec file path, or a bundled spec name such as search-payment",
     )
