@@ -27,7 +27,6 @@ from faultplane.drivers.leases import (
     apply_or_revert,
     hold_then_revert,
     leased_revert,
-    revert_now,
     revert_recipe,
     withdraw,
 )
@@ -392,11 +391,8 @@ async def mass_expire(ctx: ActivityContext, p: ExpireParams) -> dict[str, Any]:
             return sum(1 for ok in pipe.execute() if ok)
 
     try:
-        done = await anyio.to_thread.run_sync(expire)
+        done = await apply_or_revert(ctx, entry, expire)
     except redis.RedisError as exc:
-        from faultplane.drivers.leases import revert_now
-
-        await revert_now(ctx, entry)
         raise _err("PEXPIREAT", exc, p.url) from None
     return {"matched": matched, "expiring": done, "expire_at_ms": expire_at_ms}
 
@@ -575,9 +571,8 @@ async def promote_replica(ctx: ActivityContext, p: PromoteParams) -> dict[str, A
             args={"url": p.url, **master},
         )
         try:
-            await anyio.to_thread.run_sync(lambda: client.execute_command("REPLICAOF", "NO", "ONE"))
+            await apply_or_revert(ctx, entry, client.execute_command, "REPLICAOF", "NO", "ONE")
         except redis.RedisError as exc:
-            await revert_now(ctx, entry)
             raise _err("REPLICAOF", exc, p.url) from None
     finally:
         client.close()
