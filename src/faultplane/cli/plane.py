@@ -274,19 +274,6 @@ def report(
         typer.echo(f"\n{note}")
 
 
-def _session(
-    plan: Path | None, strict: bool, session: str | None, store: str | None, no_record: bool
-) -> dict[str, Any]:
-    """The session options both proxy commands take, as the keywords of both proxies' `serve`."""
-    return {
-        "plan_path": plan,
-        "strict": strict,
-        "session_id": session,
-        "store": str(store) if store else None,
-        "record": not no_record,
-    }
-
-
 @proxy_app.command(
     "stdio",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -304,13 +291,14 @@ def proxy_stdio(
     ),
 ) -> None:
     """Wrap a stdio MCP server: faultplane plane proxy stdio --plan P -- CMD ARGS..."""
+    from faultplane.plane.proxy_cli import session_keywords
     from faultplane.plane.proxy_stdio import serve
 
     command = list(ctx.args)
     if command[:1] == ["--"]:
         command = command[1:]
     code = serve(
-        command, **_session(plan, strict, session, store, no_record), max_frame_bytes=max_frame_bytes
+        command, **session_keywords(plan, strict, session, store, no_record), max_frame_bytes=max_frame_bytes
     )
     raise typer.Exit(code)
 
@@ -333,6 +321,7 @@ def proxy_http(
     ),
 ) -> None:
     """Front a streamable-HTTP MCP server."""
+    from faultplane.plane.proxy_cli import session_keywords
     from faultplane.plane.proxy_http import serve
 
     code = serve(
@@ -340,7 +329,7 @@ def proxy_http(
         host=host,
         port=port,
         path=path,
-        **_session(plan, strict, session, store, no_record),
+        **session_keywords(plan, strict, session, store, no_record),
         allowed_hosts=allow_host,
         allowed_origins=allow_origin,
         max_body_bytes=max_body_bytes,

@@ -25,15 +25,23 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-record", action="store_true")
 
 
-def session_keywords(args: argparse.Namespace) -> dict[str, Any]:
-    """The options `add_session_options` read, as the keywords both proxies' `serve` take."""
+def session_keywords(
+    plan: Path | None, strict: bool, session: str | None, store: str | None, no_record: bool
+) -> dict[str, Any]:
+    """The session options (these, or `faultplane plane proxy`'s same-named ones) as the keywords both
+    proxies' `serve` take."""
     return {
-        "plan_path": args.plan,
-        "strict": args.strict,
-        "session_id": args.session,
-        "store": args.store,
-        "record": not args.no_record,
+        "plan_path": plan,
+        "strict": strict,
+        "session_id": session,
+        "store": str(store) if store else None,
+        "record": not no_record,
     }
+
+
+def session_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options `add_session_options` read, as `session_keywords`."""
+    return session_keywords(args.plan, args.strict, args.session, args.store, args.no_record)
 
 
 def start(plan_path: str | Path | None) -> FaultPlan | None:

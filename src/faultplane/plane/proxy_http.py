@@ -41,7 +41,7 @@ from faultplane.plane.faults import request_id_key
 from faultplane.plane.http1 import Reply, Request, UpstreamError, UpstreamResponse
 from faultplane.plane.interceptor import ClientAction, Interceptor
 from faultplane.plane.plan import FaultPlan
-from faultplane.plane.proxy_cli import add_session_options, session_keywords, start
+from faultplane.plane.proxy_cli import add_session_options, session_options, start
 from faultplane.plane.recorder import Recorder
 
 __all__ = ["ProxySettings", "Relay", "main", "serve_http_proxy"]
@@ -489,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         path=args.path,
-        **session_keywords(args),
+        **session_options(args),
         allowed_hosts=args.allow_host,
         allowed_origins=args.allow_origin,
         max_body_bytes=args.max_body_bytes,

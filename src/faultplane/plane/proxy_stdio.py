@@ -33,7 +33,7 @@ from faultplane.core.jsonrpc_guard import (
 )
 from faultplane.plane.interceptor import PASS, Interceptor
 from faultplane.plane.plan import FaultPlan
-from faultplane.plane.proxy_cli import add_session_options, session_keywords, start
+from faultplane.plane.proxy_cli import add_session_options, session_options, start
 from faultplane.plane.recorder import Recorder
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "main", "run_stdio_proxy"]
@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    return serve(command, **session_keywords(args), max_frame_bytes=args.max_frame_bytes)
+    return serve(command, **session_options(args), max_frame_bytes=args.max_frame_bytes)
 
 
 def serve(
