@@ -26,6 +26,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from bench_helpers import free_port
 from lab_policy import lab_config_home
 
 REPEAT = int(sys.argv[1]) if len(sys.argv) > 1 else 5
@@ -43,12 +44,6 @@ class _Receiver(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # runs the CLI in this process with telemetry's two entry points timed; the figure goes to a file
@@ -111,7 +106,7 @@ def main() -> int:
     cases = {
         "no telemetry": None,
         "live receiver": f"http://127.0.0.1:{live.server_address[1]}",
-        "dead port": f"http://127.0.0.1:{_free_port()}",
+        "dead port": f"http://127.0.0.1:{free_port()}",
         "hung collector": f"http://127.0.0.1:{hung.getsockname()[1]}",
     }
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
 from faultplane.core.store import Store
+from proc_helpers import free_port
 
 # Files `make test` runs alone after the parallel part (marker `serial`), and why: their assertions read real
 # time under the load they create themselves, or they look at every process on the machine.
@@ -58,13 +58,6 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return Store(tmp_path / "store.duckdb")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from proc_helpers import free_port
+
 __all__ = [
     "PostgresServer",
     "RedisServer",
@@ -40,12 +42,6 @@ __all__ = [
 
 _START_TIMEOUT_S = 30.0
 _SSHD = Path("/usr/sbin/sshd")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path | None = None) -> None:
@@ -194,7 +190,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
     if init.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)
         raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}\n{init.stderr}")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             *prefix,
@@ -271,7 +267,7 @@ def running_redis(base: Path, *options: str) -> Iterator[RedisServer]:
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server is not installed (run `make services`)")
-    port = _free_port()
+    port = free_port()
     log = base / "redis.log"
     proc = subprocess.Popen(
         [
@@ -332,7 +328,7 @@ def start_sshd(
 ) -> tuple[subprocess.Popen[bytes], int, Path]:
     """An sshd on a free loopback port with `host_key`, accepting the keys in `auth`, its files under `base`
     named after `name`: its process (stop it with _stop), its port and a known_hosts file that trusts it."""
-    port = _free_port()
+    port = free_port()
     cfg = base / f"{name}_config"
     cfg.write_text(
         "\n".join(

@@ -21,7 +21,8 @@ import pytest
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
-from servers import _free_port, _pg_bindir
+from proc_helpers import free_port
+from servers import _pg_bindir
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
@@ -78,7 +79,7 @@ def pair() -> Iterator[Pair]:
         prefix = ["runuser", "-u", "postgres", "--"]
     os.chmod(base, 0o755)
     primary_dir, replica_dir = base / "primary", base / "replica"
-    pp, rp = _free_port(), _free_port()
+    pp, rp = free_port(), free_port()
     opts = "-c listen_addresses=127.0.0.1 -k {sock} -c fsync=off -c wal_log_hints=on -c wal_keep_size=256MB"
     ctl = str(bindir / "pg_ctl")
     try:
@@ -168,7 +169,7 @@ async def test_replication_lag_refuses_a_primary_and_leaves_nothing(pair: Pair) 
     ctx = ActivityContext(run_id="lag-bad")
     with pytest.raises(DriverError, match=r"^replica_dsn: the server at 127.0.0.1:\d+ is not a replica"):
         await get_activity("postgres", "replication_lag").invoke(ctx, {"replica_dsn": pair.primary})
-    closed = f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres"
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     with pytest.raises(
         DriverError, match=r"^replica_dsn: cannot connect to PostgreSQL at 127.0.0.1:\d+: .*refused"
     ):

@@ -19,7 +19,8 @@ from redis.sentinel import Sentinel
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
-from servers import _free_port, _stop, _wait_port
+from proc_helpers import free_port
+from servers import _stop, _wait_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
@@ -60,7 +61,7 @@ def group() -> Iterator[Group]:
         pytest.skip("redis-server / redis-sentinel are not installed (run `make services`)")
     base = Path(tempfile.mkdtemp(prefix="faultplane-sentinel-"))
     procs: list[subprocess.Popen[bytes]] = []
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     try:
         for i, port in enumerate(ports):
             cmd = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
@@ -69,7 +70,7 @@ def group() -> Iterator[Group]:
                 cmd += ["--replicaof", "127.0.0.1", str(ports[0])]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             _wait_port(port, procs[-1], "redis-server", base / f"redis-{port}.log")
-        sport = _free_port()
+        sport = free_port()
         # Sentinel rewrites its config file: it must be its own and writable. A long down-after keeps a slow
         # PING on a loaded machine from starting a failover of Sentinel's own in the middle of a test.
         conf = base / "sentinel.conf"
@@ -141,7 +142,7 @@ async def test_sentinel_failover_refuses_bad_targets_and_leaves_nothing(group: G
         await act.invoke(ctx, {"sentinel_url": group.sentinel_url, "master_name": "nope"})
     with pytest.raises(DriverError, match=rf"^sentinel_url: 127.0.0.1:{redis_server.port} is not a Sentinel"):
         await act.invoke(ctx, {"sentinel_url": redis_server.url, "master_name": "mymaster"})
-    port = _free_port()
+    port = free_port()
     with pytest.raises(
         DriverError, match=rf"^sentinel_url: redis SENTINEL at 127.0.0.1:{port}: cannot connect"
     ):
@@ -158,7 +159,7 @@ def pair() -> Iterator[tuple[int, int]]:
         pytest.skip("redis-server is not installed (run `make services`)")
     base = Path(tempfile.mkdtemp(prefix="faultplane-redispair-"))
     procs: list[subprocess.Popen[bytes]] = []
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     try:
         for i, port in enumerate(ports):
             cmd = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(base)]

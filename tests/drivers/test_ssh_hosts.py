@@ -24,7 +24,8 @@ import pytest
 
 from faultplane.drivers import leases
 from faultplane.drivers.base import ActivityContext, DriverError, get_activity
-from servers import _free_port, _stop, sshd_keys, start_sshd
+from proc_helpers import free_port
+from servers import _stop, sshd_keys, start_sshd
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -193,7 +194,7 @@ async def test_stop_service_on_chosen_hosts_and_start_on_rollback(hosts, tmp_pat
     # One "service" per host: the host is told apart by its sshd port ($SSH_CONNECTION's last field).
     script = tmp_path / "svc.py"
     script.write_text(_SERVICE)
-    app_port = {h["port"]: _free_port() for h in hosts}
+    app_port = {h["port"]: free_port() for h in hosts}
     (tmp_path / "ports").write_text("".join(f"{k} {v}\n" for k, v in app_port.items()))
     me = "p=$(awk -v h=\"${SSH_CONNECTION##* }\" '$1==h{print $2}' " + str(tmp_path / "ports") + ")"
     pidfile = str(tmp_path) + "/{service}-$p.pid"
@@ -256,7 +257,7 @@ async def test_drop_packets_on_a_host_blackholes_its_port_until_rollback(hosts) 
 
 
 async def test_a_failing_host_reverts_the_hosts_already_done_and_is_named(hosts) -> None:  # type: ignore[no-untyped-def]
-    dead = {**hosts[0], "port": _free_port()}
+    dead = {**hosts[0], "port": free_port()}
     ctx = ActivityContext(run_id="sshbad")
     with pytest.raises(DriverError, match=r"^hosts\[1\] \(.*@127.0.0.1:\d+\): host: cannot open SSH"):
         await get_activity("ssh", "stress").invoke(ctx, {"hosts": [hosts[0], dead], "workers": 1})

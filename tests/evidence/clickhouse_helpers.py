@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -15,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from proc_helpers import free_port
 
 LAB_POLICY = "# evidence tests: a lab, gates not required\ngates: {required: false}\n"
 
@@ -46,12 +47,6 @@ _USERS = """<?xml version="1.0"?>
   <quotas><default></default></quotas>
 </yandex>
 """
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def clickhouse_command() -> list[str] | None:

@@ -15,15 +15,6 @@ from typing import Any
 LAB_POLICY = "# evidence tests: a lab, gates not required\ngates: {required: false}\n"
 
 
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _load(path: str) -> dict[str, Any]:
     p = Path(path)
     return json.loads(p.read_text(encoding="utf-8")) if p.exists() else {"extra_ms": 0.0, "down_until": 0.0}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evidence_helpers import LAB_POLICY, free_port, steady_probe
+from evidence_helpers import LAB_POLICY, steady_probe
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -22,6 +22,7 @@ from opentelemetry.trace import StatusCode
 
 from faultplane.core import otlp, telemetry
 from policy_helpers import use_lab_policy
+from proc_helpers import free_port
 from servers import http_server
 
 

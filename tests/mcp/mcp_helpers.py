@@ -17,16 +17,11 @@ import httpx2
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp import Client, StdioServerParameters
+from proc_helpers import free_port
 from servers import _stop
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = 1234
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 START_TIMEOUT_S = 30.0
