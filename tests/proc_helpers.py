@@ -4,6 +4,8 @@ servers tests and benchmarks start: a free port, the wait until one listens, and
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -84,10 +86,12 @@ def wait_or_kill(proc: subprocess.Popen, timeout: float) -> None:
         proc.wait(5)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
-    """SIGTERM `proc` if it still runs, and kill it when it has not exited `timeout` seconds later."""
+def stop(proc: subprocess.Popen, timeout: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """Send `sig` (SIGTERM) to `proc` if it still runs, and kill it when it has not exited `timeout` seconds
+    later."""
     if proc.poll() is None:
-        proc.terminate()
+        with contextlib.suppress(ProcessLookupError):  # it exited between the poll and the signal
+            proc.send_signal(sig)
         wait_or_kill(proc, timeout)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from proc_helpers import free_port
+from proc_helpers import free_port, stop
 
 __all__ = [
     "PostgresServer",
@@ -57,14 +57,8 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path | 
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    """Stop a server: `sig`, then a kill if it has not exited 15 s later (a database may checkpoint first)."""
+    stop(proc, 15.0, sig)
 
 
 def send_json(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
