@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
 
@@ -62,19 +63,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 20.0) -> None:
-    """Return once something listens on 127.0.0.1:`port`; fail when `proc` (the server) exits first, or after
-    `timeout` seconds."""
+def wait_port(
+    port: int,
+    proc: subprocess.Popen[bytes] | None = None,
+    timeout: float = 20.0,
+    what: str = "process",
+    log: Path | None = None,
+) -> None:
+    """Return once something listens on 127.0.0.1:`port`; fail when `proc` (the server `what`) exits first, with
+    the end of its `log`, or after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+            tail = log.read_text(errors="replace")[-4000:] if log and log.exists() else ""
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening on {port}:\n{tail}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on {port} after {timeout}s")
+    raise TimeoutError(f"{what}: nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
 def wait_or_kill(proc: subprocess.Popen, timeout: float) -> None:

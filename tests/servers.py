@@ -15,7 +15,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from proc_helpers import free_port, stop
+from proc_helpers import free_port, stop, wait_port
 
 __all__ = [
     "PostgresServer",
@@ -45,15 +44,7 @@ _SSHD = Path("/usr/sbin/sshd")
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
-            raise RuntimeError(f"{what} exited with {proc.returncode} while starting:\n{tail}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {_START_TIMEOUT_S}s")
+    wait_port(port, proc, _START_TIMEOUT_S, what, log)
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -17,7 +15,7 @@ import httpx2
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp import Client, StdioServerParameters
-from proc_helpers import free_port
+from proc_helpers import free_port, wait_port
 from servers import _stop
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -140,19 +138,6 @@ class HttpServer:
         return Client(streamable_http_client(self.url, http_client=http), mode=mode, read_timeout_seconds=60)  # type: ignore[arg-type]
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"MCP server exited with {proc.returncode}:\n{log.read_text(errors='replace')}"
-            )
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"MCP server did not listen on {port} within {START_TIMEOUT_S}s")
-
-
 @contextlib.contextmanager
 def run_http_server(senv: ServerEnv, *extra: str, token: str | None = None) -> Iterator[HttpServer]:
     port = free_port()
@@ -171,7 +156,7 @@ def run_http_server(senv: ServerEnv, *extra: str, token: str | None = None) -> I
             stdin=subprocess.DEVNULL,
         )
     try:
-        _wait_listening(port, proc, log)
+        wait_port(port, proc, START_TIMEOUT_S, "MCP server", log)
         yield HttpServer(f"http://127.0.0.1:{port}/mcp", port, proc, senv, log, token)
     finally:
         _stop(proc)
