@@ -103,7 +103,8 @@ def _walk(node: Any, out: set[str], depth: int = 0) -> None:
         toxic_type = node.get("type")
         if isinstance(toxic_type, str) and _norm(toxic_type) in _TOXICS:
             kind = _TOXICS[_norm(toxic_type)]
-            attrs = node.get("attributes") if isinstance(node.get("attributes"), Mapping) else node
+            attributes = node.get("attributes")
+            attrs: Mapping[Any, Any] = attributes if isinstance(attributes, Mapping) else node
             # a bandwidth of 0 or a timeout of 0 drops everything: a partition by effect
             if _norm(toxic_type) in ("bandwidth", "timeout") and attrs.get("rate", attrs.get("timeout")) == 0:
                 kind = "network_partition"

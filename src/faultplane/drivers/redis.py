@@ -440,7 +440,7 @@ async def maxmemory_pressure(ctx: ActivityContext, p: MaxmemoryParams) -> dict[s
         def read() -> tuple[dict[str, str], int]:
             prev = client.config_get("maxmemory", "maxmemory-policy")
             used = int(client.info("memory")["used_memory"])
-            return {k: str(v) for k, v in prev.items()}, used
+            return {str(k): str(v) for k, v in prev.items()}, used
 
         try:
             previous, used = await anyio.to_thread.run_sync(read)

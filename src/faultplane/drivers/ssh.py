@@ -9,6 +9,7 @@ so the watchdog can revert a fault applied with password authentication too.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import shlex
@@ -101,6 +102,11 @@ async def _run(
     if check and res.exit_status != 0:
         raise DriverError(f"{t.host}: `{command}` exited {res.exit_status}: {str(res.stderr).strip()[-500:]}")
     return res
+
+
+async def _undo(t: SshTarget, command: str) -> None:
+    """A fault's revert command, run on its host: the lease's revert in this process."""
+    await _run(t, command)
 
 
 async def _remote_processes(t: SshTarget, pattern: str) -> list[tuple[int, str]]:
@@ -330,7 +336,7 @@ async def _on_hosts(
                     driver="ssh",
                     revert="run",
                     args={"target": t.conn_args(), "command": revert_command},
-                    fn=lambda t=t, c=revert_command: _run(t, c),
+                    fn=functools.partial(_undo, t, revert_command),
                 )
                 entries.append(entry)
             try:

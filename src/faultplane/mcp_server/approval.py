@@ -598,8 +598,8 @@ class ApprovalBroker:
             return None
         # the same call the service will check the approval against (services.faults.manage_fault)
         spec = approval_spec(
-            spec.get("fault_name"),
-            spec.get("action"),
+            spec["fault_name"],  # chaos_inject_fault's required arguments: always there
+            spec["action"],
             kind,
             spec.get("probability"),
             spec.get("duration_seconds"),

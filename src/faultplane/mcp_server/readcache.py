@@ -66,7 +66,7 @@ class StoreReadCache:
                 hit = self._entries.get(key)
                 if hit is not None and hit[0] == before:
                     self._entries.move_to_end(key)
-                    return hit[1]  # type: ignore[no-any-return]
+                    return hit[1]
         value = compute()
         after = self.version(store)
         if after is not None and (before is None or after == before):

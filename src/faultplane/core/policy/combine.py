@@ -105,8 +105,8 @@ def combine(policies: Sequence[Policy]) -> Policy:
     n = min(len(b.stages) for b in bs)
     stages = []
     for i in range(n):
-        pcts = [b.stages[i].percent for b in bs if b.stages[i].percent is not None]
-        cnts = [b.stages[i].count for b in bs if b.stages[i].count is not None]
+        pcts = [pct for b in bs if (pct := b.stages[i].percent) is not None]
+        cnts = [cnt for b in bs if (cnt := b.stages[i].count) is not None]
         stages.append(Stage(percent=min(pcts) if pcts else None, count=min(cnts) if cnts else None))
     blast = BlastRadiusRules(
         stages=stages,
