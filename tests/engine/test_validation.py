@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faultplane.core.config import mask_secrets, resolve
+from faultplane.core.config import load_var_file, mask_secrets, resolve
 from faultplane.core.formats import ExperimentError, dumps, load_document, loads
 from faultplane.engine.lifecycle import plan
 from faultplane.services.experiments import validate_experiment
@@ -138,6 +138,25 @@ def test_formats_are_detected_and_errors_located(tmp_path: os.PathLike[str]) -> 
     assert "bad.yaml:" in info.value.issues[0].field and "YAML" in info.value.issues[0].message
     with pytest.raises(ExperimentError, match="file not found"):
         load_document(os.path.join(tmp_path, "nope.json"))
+
+
+# A file that exists but fails to read (here /proc/self/mem: a regular file whose first page is unmapped, EIO
+# even for root) is a one-line error naming the file, for an experiment and for a var file alike, not a traceback.
+@pytest.mark.parametrize(
+    ("read", "field"),
+    [
+        (lambda p: load_document(p), "/proc/self/mem"),
+        (lambda p: load_var_file(p), "--var-file /proc/self/mem"),
+    ],
+    ids=["experiment", "var-file"],
+)
+def test_a_file_that_cannot_be_read_is_one_issue_naming_it(read, field) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    with pytest.raises(ExperimentError) as info:
+        read(Path("/proc/self/mem"))
+    (issue,) = info.value.issues
+    assert issue.field == field and issue.message.startswith("cannot read the file") and issue.fix
 
 
 _scalars = st.one_of(

@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from faultplane.core.formats import ExperimentError, ValidationIssue, loads
+from faultplane.core.formats import ExperimentError, ValidationIssue, loads, read_named_file
 
 __all__ = [
     "MASK",
@@ -123,28 +123,14 @@ def load_var_file(path: str | Path) -> Variables:
     """A var file as `chaos run --var-file` reads it: `.env` lines, or JSON/YAML with `configuration:` and
     `secrets:` sections (secrets by scope), or a flat mapping of configuration values."""
     p = Path(path)
-    if not p.is_file():
-        raise ExperimentError.one(
-            field="--var-file",
-            message=f"file not found: {p}",
-            fix="pass an existing .json, .yaml or .env file",
-        )
-    from faultplane.core.hostile import HostileInput, read_text_limited
-
-    try:
-        # size and encoding before parsing: a .env file is read line by line and gets no other check
-        text = read_text_limited(p, "--var-file")
-    except HostileInput as exc:
-        message, _, fix = str(exc).partition("; ")
-        raise ExperimentError.one(
-            field=f"--var-file {p}", message=message, fix=fix or "pass a smaller file"
-        ) from None
-    except OSError as exc:
-        raise ExperimentError.one(
-            field=f"--var-file {p}",
-            message=f"cannot read the file: {exc.strerror or exc}",
-            fix="pass a readable UTF-8 .json, .yaml or .env file",
-        ) from None
+    # size and encoding before parsing: a .env file is read line by line and gets no other check
+    text = read_named_file(
+        p,
+        field="--var-file",
+        what="--var-file",
+        source=f"--var-file {p}",
+        fix="pass an existing, readable UTF-8 .json, .yaml or .env file",
+    )
     if p.suffix == ".env":
         out = Variables()
         for line in text.splitlines():

@@ -67,6 +67,23 @@ def _hostile_issue(source: str, exc: Exception) -> ExperimentError:
     return ExperimentError.one(field=source, message=message, fix=fix or "use a smaller document")
 
 
+def read_named_file(path: Path, *, field: str, what: str, source: str, fix: str) -> str:
+    """The text of a file the user named (an experiment, a var file), or an ExperimentError with the fix: missing
+    (named `field`), over the size limit or not UTF-8 (core/hostile.py), unreadable (both named `source`)."""
+    if not path.is_file():
+        raise ExperimentError.one(field=field, message=f"file not found: {path}", fix=fix)
+    from faultplane.core.hostile import HostileInput, read_text_limited
+
+    try:
+        return read_text_limited(path, what)
+    except HostileInput as exc:
+        raise _hostile_issue(source, exc) from None
+    except OSError as exc:
+        raise ExperimentError.one(
+            field=source, message=f"cannot read the file: {exc.strerror or exc}", fix=fix
+        ) from None
+
+
 def loads(text: str, fmt: Format | None = None, *, source: str = "<text>") -> Any:
     from faultplane.core.hostile import HostileInput, parse_guarded
 
@@ -116,18 +133,13 @@ def load_document(source: str | Path | Mapping[str, Any], fmt: Format | None = N
         return dict(source)
     if isinstance(source, Path) or ("\n" not in source and len(source) < 4096 and Path(source).suffix):
         path = Path(source)
-        if not path.is_file():
-            raise ExperimentError.one(
-                field="experiment",
-                message=f"file not found: {path}",
-                fix="pass the path of an existing .yaml/.json/.toon experiment",
-            )
-        from faultplane.core.hostile import HostileInput, read_text_limited
-
-        try:
-            text = read_text_limited(path, "experiment file")
-        except HostileInput as exc:
-            raise _hostile_issue(str(path), exc) from None
+        text = read_named_file(
+            path,
+            field="experiment",
+            what="experiment file",
+            source=str(path),
+            fix="pass the path of an existing .yaml/.json/.toon experiment",
+        )
         data = loads(text, fmt or detect_format("", path.name), source=str(path))
     else:
         data = loads(source, fmt)
