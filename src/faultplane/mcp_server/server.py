@@ -32,6 +32,7 @@ from faultplane.mcp_server.progress import watch
 from faultplane.mcp_server.readcache import MISS, StoreReadCache
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
+from faultplane.services.experiment_info import ExperimentInfo
 from faultplane.services.faults import FaultResult, list_faults, manage_fault, record_refused_call
 
 __all__ = ["ServerConfig", "build_server"]
@@ -144,11 +145,9 @@ class ValidateOutput(BaseModel):
     warnings: list[ValidationIssueOut] = []  # keys ignored, unloadable controls: the run goes on
 
 
-class ExperimentOut(BaseModel):
-    name: str
-    path: str
-    title: str | None = None
-    tags: list[str] = []
+class ExperimentOut(ExperimentInfo):
+    # The service's listing entry, published under the name chaos_list_experiments' schema has always had.
+    pass
 
 
 class ListExperimentsOutput(BaseModel):

@@ -6,7 +6,8 @@ The lead's `build_server` calls `register(server, cfg)` so the tools share the s
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -19,6 +20,7 @@ from faultplane.mcp_server.progress import watch
 
 __all__ = ["register"]
 
+T = TypeVar("T")
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
 
@@ -96,6 +98,18 @@ def _text_source(text: str) -> Any:
 def register(server: Any, cfg: Any = None) -> None:
     """Add chaos_gameday_run, chaos_gameday_analyze, chaos_design_experiment and chaos_search to `server`."""
 
+    def run_campaign(
+        ctx: Context | None, service: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
+    ) -> Awaitable[T]:
+        """A campaign service (a GameDay, a search) run against the server's store, its events sent as progress;
+        a cancelled request starts no further run and aborts the one under way, which rolls back (progress.watch)."""
+        return watch(
+            ctx,
+            lambda listener: service(
+                *args, store=_store(cfg), on_event=listener, stop=listener.stop_reason, **kwargs
+            ),
+        )
+
     @server.tool(annotations=_WRITE)
     async def chaos_gameday_run(
         gameday: Annotated[str, Field(description="a GameDay file path, or its YAML/JSON text")],
@@ -110,17 +124,8 @@ def register(server: Any, cfg: Any = None) -> None:
         from faultplane.services.gameday import run_gameday
 
         try:
-            # A cancelled request aborts the GameDay's runs, which roll back (see progress.watch).
-            analysis = await watch(
-                ctx,
-                lambda listener: run_gameday(
-                    _text_source(gameday),
-                    variables=variables,
-                    store=_store(cfg),
-                    dry_run=dry_run,
-                    on_event=listener,
-                    stop=listener.stop_reason,
-                ),
+            analysis = await run_campaign(
+                ctx, run_gameday, _text_source(gameday), variables=variables, dry_run=dry_run
             )
         except ExperimentError as exc:
             raise ToolError(_issues(exc)) from None
@@ -236,16 +241,7 @@ def register(server: Any, cfg: Any = None) -> None:
         try:
             s = with_overrides(load_search_spec(spec), variables=variables)
             # the agent wrote the spec: it never chooses the policy its trials are checked against
-            result = await watch(
-                ctx,
-                lambda listener: run_search(
-                    s,
-                    store=_store(cfg),
-                    allow_spec_policy=False,
-                    on_event=listener,
-                    stop=listener.stop_reason,
-                ),
-            )
+            result = await run_campaign(ctx, run_search, s, allow_spec_policy=False)
         except ExperimentError as exc:
             raise ToolError(_issues(exc)) from None
         except ValueError as exc:  # a broken policy file in force: its message names the fix

@@ -14,6 +14,7 @@ from faultplane.core.formats import ExperimentError, ValidationIssue, dumps, loa
 from faultplane.core.model import Experiment, Journal
 from faultplane.core.store import Store, open_store
 from faultplane.engine.lifecycle import checked_plan, evaluate_policy, execute, exit_code
+from faultplane.services.experiment_info import ExperimentInfo
 
 __all__ = [
     "ExperimentInfo",
@@ -39,13 +40,6 @@ class ValidationReport(BaseModel):
     errors: list[ValidationIssue] = []
     warnings: list[ValidationIssue] = []
     policy: dict[str, Any] | None = None
-
-
-class ExperimentInfo(BaseModel):
-    name: str
-    path: str
-    title: str | None = None
-    tags: list[str] = []
 
 
 class RunResult(BaseModel):
