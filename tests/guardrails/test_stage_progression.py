@@ -5,6 +5,7 @@ PAUSE WRITE), a real HTTP service (the steady state) and a real DuckDB store."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from faultplane.core.exposure import normalise_host, target_identity
 from faultplane.core.policy import Policy
 from faultplane.core.store import Store
 from faultplane.engine.lifecycle import evaluate_document
+from proc_helpers import free_port
 from servers import redis_server  # noqa: F401  (fixture)
 
 runner = CliRunner()
@@ -106,47 +108,60 @@ def _raise_exit(code: int) -> None:
     raise typer.Exit(code)
 
 
-def _doc(service_url: str, redis_url: str, percent: int, **changes: Any) -> dict[str, Any]:
-    changes.setdefault("method", [pause_writes(redis_url)])
-    return runnable_experiment(service_url, title="Stage climb", blast_radius={"percent": percent}, **changes)
+@dataclass
+class _Lab:
+    """The CLI runs of these tests: an experiment against the real service and Redis, at a blast-radius percent,
+    written to the project and run or validated; the store it records into."""
+
+    project: Path
+    service: DegradableService
+    redis_port: int
+
+    @property
+    def store(self) -> Store:
+        return Store(self.project.parent / "runs.duckdb")  # $FAULTPLANE_STORE of the `project` fixture
+
+    def doc(self, percent: int, redis_url: str | None = None, **changes: Any) -> dict[str, Any]:
+        url = redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+        changes.setdefault("method", [pause_writes(url)])
+        return runnable_experiment(
+            self.service.url, title="Stage climb", blast_radius={"percent": percent}, **changes
+        )
+
+    def cli(self, doc: dict[str, Any], *command: str) -> Any:
+        write_experiment(self.project, doc, "exp.yaml")
+        return runner.invoke(app, [*command, "exp.yaml"])
+
+    def runs(self) -> list[tuple[Any, ...]]:
+        rows = self.store.query("SELECT status, blast_stage FROM runs ORDER BY started_at")
+        return [(r["status"], r["blast_stage"]) for r in rows]
+
+    def exposures(self) -> list[tuple[Any, ...]]:
+        rows = self.store.query(
+            "SELECT target, fault_kind, stage, green FROM exposures ORDER BY started_at, seq"
+        )
+        return [(r["target"], r["fault_kind"], r["stage"], r["green"]) for r in rows]
 
 
-def _cli(project: Path, doc: dict[str, Any], *command: str) -> Any:
-    write_experiment(project, doc, "exp.yaml")
-    return runner.invoke(app, [*command, "exp.yaml"])
+@pytest.fixture
+def lab(project: Path, service: DegradableService, redis_server: Any) -> _Lab:  # noqa: F811
+    return _Lab(project, service, redis_server.port)
 
 
-def _runs(store_path: Path) -> list[tuple[Any, ...]]:
-    rows = Store(store_path).query("SELECT status, blast_stage FROM runs ORDER BY started_at")
-    return [(r["status"], r["blast_stage"]) for r in rows]
-
-
-def _exposures(store_path: Path) -> list[tuple[Any, ...]]:
-    rows = Store(store_path).query(
-        "SELECT target, fault_kind, stage, green FROM exposures ORDER BY started_at, seq"
-    )
-    return [(r["target"], r["fault_kind"], r["stage"], r["green"]) for r in rows]
-
-
-def test_real_runs_earn_stages_per_target_and_fault_kind(
-    project: Path,
-    service: DegradableService,
-    redis_server: Any,  # noqa: F811
-) -> None:
-    store_path = project.parent / "runs.duckdb"
-    port = redis_server.port
-    ip_url, alias_url = f"redis://127.0.0.1:{port}/0", f"redis://localhost:{port}/0"
+def test_real_runs_earn_stages_per_target_and_fault_kind(lab: _Lab) -> None:
+    port = lab.redis_port
+    alias_url = f"redis://localhost:{port}/0"
     target = f"loopback:{port}"
 
     # validate refuses the unearned stage, naming the target, the kind and what is missing
-    res = _cli(project, _doc(service.url, ip_url, 25), "validate")
+    res = lab.cli(lab.doc(25), "validate")
     assert res.exit_code == 2, res.output
     assert f"target '{target}' / fault kind 'timeout' lacks 1 green run(s)" in res.output
     assert "at stage 0" in res.output
 
     # runs that did not really inject the fault earn nothing: a dry run, a no-op labelled as a fault, a fault
     # whose target refused it (nothing applied), a red run
-    assert _cli(project, _doc(service.url, ip_url, 10), "run", "--dry-run", "-q").exit_code == 0
+    assert lab.cli(lab.doc(10), "run", "--dry-run", "-q").exit_code == 0
     label = [
         {
             "type": "action",
@@ -154,69 +169,52 @@ def test_real_runs_earn_stages_per_target_and_fault_kind(
             "provider": {"type": "process", "path": "true", "arguments": ["--fault_type", "timeout"]},
         }
     ]
-    assert _cli(project, _doc(service.url, ip_url, 10, method=label), "run", "-q").exit_code == 0
-    closed = f"redis://127.0.0.1:{_closed_port()}/0"
-    assert _cli(project, _doc(service.url, closed, 10), "run", "-q").exit_code == 1
-    service.degrade(error_rate=1.0)
+    assert lab.cli(lab.doc(10, method=label), "run", "-q").exit_code == 0
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    assert lab.cli(lab.doc(10, closed), "run", "-q").exit_code == 1
+    lab.service.degrade(error_rate=1.0)
     try:
-        assert _cli(project, _doc(service.url, ip_url, 10), "run", "-q").exit_code != 0
+        assert lab.cli(lab.doc(10), "run", "-q").exit_code != 0
     finally:
-        service.restore()
-    assert [e for e in _exposures(store_path) if e[3] == 1] == []
-    res = _cli(project, _doc(service.url, ip_url, 25), "validate")
+        lab.service.restore()
+    assert [e for e in lab.exposures() if e[3] == 1] == []
+    res = lab.cli(lab.doc(25), "validate")
     assert res.exit_code == 2 and "lacks 1 green run(s)" in res.output, res.output
 
     # one green run that really paused Redis writes at stage 0 earns stage 1 for that target and kind...
-    assert _cli(project, _doc(service.url, ip_url, 10), "run", "-q").exit_code == 0
-    assert _exposures(store_path)[-1] == (target, "timeout", 0, 1)
+    assert lab.cli(lab.doc(10), "run", "-q").exit_code == 0
+    assert lab.exposures()[-1] == (target, "timeout", 0, 1)
     # ...under any loopback spelling of it, but not stage 2, and not for a fault kind never injected there
-    assert _cli(project, _doc(service.url, alias_url, 25), "validate").exit_code == 0
-    res = _cli(project, _doc(service.url, ip_url, 50), "validate")
+    assert lab.cli(lab.doc(25, alias_url), "validate").exit_code == 0
+    res = lab.cli(lab.doc(50), "validate")
     assert res.exit_code == 2 and "only stage 1 is earned" in res.output, res.output
-    assert _cli(project, _doc(service.url, alias_url, 25), "run", "-q").exit_code == 0
-    other_kind = _doc(service.url, ip_url, 25)
+    assert lab.cli(lab.doc(25, alias_url), "run", "-q").exit_code == 0
+    other_kind = lab.doc(25)
     other_kind["method"][0]["provider"].update(
-        name="client_kill", arguments={"url": ip_url, "name_pattern": "^nobody$"}
+        name="client_kill", arguments={"url": f"redis://127.0.0.1:{port}/0", "name_pattern": "^nobody$"}
     )
-    res = _cli(project, other_kind, "validate")
+    res = lab.cli(other_kind, "validate")
     assert res.exit_code == 2 and f"target '{target}' / fault kind 'error' lacks" in res.output, res.output
 
-    assert _cli(project, _doc(service.url, ip_url, 50), "run", "-q").exit_code == 0  # stage 2 after green 1
-    assert _runs(store_path)[-3:] == [("completed", 0), ("completed", 1), ("completed", 2)]
-    assert [e[2] for e in _exposures(store_path) if e[3] == 1] == [0, 1, 2]
+    assert lab.cli(lab.doc(50), "run", "-q").exit_code == 0  # stage 2 after green 1
+    assert lab.runs()[-3:] == [("completed", 0), ("completed", 1), ("completed", 2)]
+    assert [e[2] for e in lab.exposures() if e[3] == 1] == [0, 1, 2]
 
 
-def test_the_journal_shows_the_injection_and_the_store_keeps_it(
-    project: Path,
-    service: DegradableService,
-    redis_server: Any,  # noqa: F811
-) -> None:
-    res = _cli(project, _doc(service.url, redis_server.url, 10), "run", "-q")
+def test_the_journal_shows_the_injection_and_the_store_keeps_it(lab: _Lab) -> None:
+    res = lab.cli(lab.doc(10), "run", "-q")
     assert res.exit_code == 0, res.output
-    (row,) = Store(project.parent / "runs.duckdb").query("SELECT body FROM journals")
+    (row,) = lab.store.query("SELECT body FROM journals")
     journal = json.loads(row["body"])
     (inj,) = journal["injections"]
     assert inj["action"] == "redis.client_pause" and inj["fault_kind"] == "timeout"
-    assert inj["target"] == f"loopback:{redis_server.port}" and inj["leases"] == 1
+    assert inj["target"] == f"loopback:{lab.redis_port}" and inj["leases"] == 1
 
 
-def test_bookkeeping_that_fails_never_fails_the_run(
-    project: Path,
-    service: DegradableService,
-    redis_server: Any,  # noqa: F811
-) -> None:
-    store_path = project.parent / "runs.duckdb"
-    Store(store_path).execute("DROP TABLE exposures")  # an exposure row cannot be written now
-    res = _cli(project, _doc(service.url, redis_server.url, 10), "run", "-q")
+def test_bookkeeping_that_fails_never_fails_the_run(lab: _Lab) -> None:
+    lab.store.execute("DROP TABLE exposures")  # an exposure row cannot be written now
+    res = lab.cli(lab.doc(10), "run", "-q")
     assert res.exit_code == 0, res.output
-    assert _runs(store_path) == [("completed", 0)]  # the run itself is recorded
-    res = _cli(project, _doc(service.url, redis_server.url, 25), "validate")
+    assert lab.runs() == [("completed", 0)]  # the run itself is recorded
+    res = lab.cli(lab.doc(25), "validate")
     assert res.exit_code == 2 and "lacks 1 green run(s)" in res.output  # and the stage is not earned
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
