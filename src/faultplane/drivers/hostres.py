@@ -31,6 +31,7 @@ from faultplane.drivers.leases import (
     revert_now,
     revert_recipe,
 )
+from faultplane.drivers.params import HoldSeconds
 from faultplane.drivers.workers import wait_workers
 
 __all__: list[str] = []
@@ -60,7 +61,7 @@ class FillParams(BaseModel):
         default=None, ge=0, description="fill until only this much is free (default: 0, completely full)"
     )
     fill_bytes: int | None = Field(default=None, ge=1, description="or: take exactly this much")
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
     @model_validator(mode="after")
     def _one(self) -> FillParams:
@@ -154,7 +155,7 @@ class FdParams(BaseModel):
     headroom: int = Field(
         default=0, ge=0, le=1_000_000, description="new files it may still open (0: every open() fails)"
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("hostres", "exhaust_fds", FdParams, fault_type="resource_exhaustion")
@@ -223,7 +224,7 @@ class ClockSkewParams(BaseModel):
     offset_seconds: int = Field(
         ge=-315_360_000, le=315_360_000, description="how far the process's clock jumps (negative: back)"
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("hostres", "clock_skew", ClockSkewParams, fault_type="error")
@@ -384,7 +385,7 @@ class PidsParams(BaseModel):
     headroom: int = Field(
         default=0, ge=0, le=100_000, description="new processes/threads it may still create (0: fork fails)"
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("hostres", "exhaust_pids", PidsParams, fault_type="resource_exhaustion")
@@ -453,7 +454,7 @@ class ThrottleIoParams(BaseModel):
     write_bytes_per_second: int | None = Field(default=None, ge=4096, le=10**12)
     read_iops: int | None = Field(default=None, ge=1, le=10**7)
     write_iops: int | None = Field(default=None, ge=1, le=10**7)
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
     @model_validator(mode="after")
     def _some(self) -> ThrottleIoParams:

@@ -30,6 +30,7 @@ from faultplane.drivers.leases import (
     revert_recipe,
     withdraw,
 )
+from faultplane.drivers.params import HoldSeconds, WaitSeconds
 from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
@@ -230,7 +231,7 @@ class ExhaustParams(_Url):
         default=False,
         description="fail (and release them) when the server gives fewer connections than requested",
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("redis", "exhaust_connections", ExhaustParams, fault_type="resource_exhaustion")
@@ -427,7 +428,7 @@ class MaxmemoryParams(_Url):
         "volatile-ttl",
         "noeviction",
     ] = Field(default="allkeys-lru", description="noeviction makes writes fail with OOM instead of evicting")
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("redis", "maxmemory_pressure", MaxmemoryParams, fault_type="resource_exhaustion")
@@ -544,9 +545,7 @@ def _recipe_follow_master(args: dict[str, Any]) -> None:
 
 
 class PromoteParams(_Url):
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="follow the master again after this long"
-    )
+    duration_seconds: HoldSeconds = Field(default=None, description="follow the master again after this long")
 
 
 @action("redis", "promote_replica", PromoteParams, fault_type="error")
@@ -711,9 +710,9 @@ class SentinelFailoverParams(BaseModel):
         description="password of the Redis servers themselves (the revert sets replica-priority on the "
         "replicas that must not take over); use a secret",
     )
-    timeout_seconds: float = Field(default=60, gt=0, le=600)
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="fail back after this long; omit to hold until rollback"
+    timeout_seconds: WaitSeconds = 60
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="fail back after this long; omit to hold until rollback"
     )
 
 
