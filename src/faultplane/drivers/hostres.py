@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,17 @@ from faultplane.drivers.workers import wait_workers
 __all__: list[str] = []
 
 _FILL_PREFIX = ".faultplane-fill-"
+
+
+@contextlib.contextmanager
+def _process_errors(pid: int, doing: str = "inspect") -> Iterator[None]:
+    """psutil's errors about the target process, as the one-line error on the ``pid`` field a user reads."""
+    try:
+        yield
+    except psutil.NoSuchProcess:
+        raise DriverError(f"pid: no process {pid}") from None
+    except psutil.AccessDenied:
+        raise DriverError(f"pid: not allowed to {doing} process {pid} (run as root)") from None
 
 
 # --- disk fill ------------------------------------------------------------------------------------------------
@@ -163,15 +174,11 @@ async def exhaust_fds(ctx: ActivityContext, p: FdParams) -> dict[str, Any]:
     """Lower a running process's RLIMIT_NOFILE to its open descriptors + ``headroom`` (prlimit), so its next
     open()/accept()/socket() fails with EMFILE. Rollback puts the old limit back. Needs the right to change
     the process's limits (same user raising back needs CAP_SYS_RESOURCE: run as root)."""
-    try:
+    with _process_errors(p.pid, "read the limits of"):
         proc = psutil.Process(p.pid)
         previous = proc.rlimit(psutil.RLIMIT_NOFILE)
         opened = proc.num_fds()
         started = proc.create_time()
-    except psutil.NoSuchProcess:
-        raise DriverError(f"pid: no process {p.pid}") from None
-    except psutil.AccessDenied:
-        raise DriverError(f"pid: not allowed to read the limits of process {p.pid} (run as root)") from None
     soft = opened + p.headroom
     applied = [soft, previous[1]]
     entry = leased_revert(
@@ -313,13 +320,9 @@ def _move(root: Path, cgroup: str, pids: list[int]) -> None:
 
 def _family(pid: int) -> list[psutil.Process]:
     """The process and its descendants, as a cgroup fault moves them."""
-    try:
+    with _process_errors(pid):
         proc = psutil.Process(pid)
         return [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        raise DriverError(f"pid: no process {pid}") from None
-    except psutil.AccessDenied:
-        raise DriverError(f"pid: not allowed to inspect process {pid} (run as root)") from None
 
 
 async def _confine(
@@ -395,12 +398,8 @@ async def exhaust_pids(ctx: ActivityContext, p: PidsParams) -> dict[str, Any]:
     of PIDs, without touching other processes. Rollback moves them (and any child they made) back to their
     own cgroup and removes it. Needs root."""
     family = _family(p.pid)
-    try:
+    with _process_errors(p.pid):
         tasks = sum(x.num_threads() for x in family)
-    except psutil.NoSuchProcess:
-        raise DriverError(f"pid: no process {p.pid}") from None
-    except psutil.AccessDenied:
-        raise DriverError(f"pid: not allowed to inspect process {p.pid} (run as root)") from None
     limit = tasks + p.headroom
     cgroup, entry = await _confine(
         ctx,
