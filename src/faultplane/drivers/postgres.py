@@ -33,6 +33,7 @@ from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import (
     apply_or_revert,
     hold_then_revert,
+    lease_ttl,
     leased_revert,
     revert_now,
     revert_recipe,
@@ -978,7 +979,7 @@ async def failover(ctx: ActivityContext, p: FailoverParams) -> dict[str, Any]:
             "replica_options": _start_options(replica_dir),
             "primary_options": _start_options(Path(p.primary_data_dir)) if p.primary_data_dir else None,
         },
-        ttl_s=max(float(ctx.configuration.get("lease_ttl_s", 30.0)), p.timeout_seconds * 3),
+        ttl_s=lease_ttl(ctx, at_least=p.timeout_seconds * 3),
     )
 
     def apply() -> float:

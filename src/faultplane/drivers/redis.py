@@ -26,6 +26,7 @@ from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import (
     apply_or_revert,
     hold_then_revert,
+    lease_ttl,
     leased_revert,
     revert_recipe,
     withdraw,
@@ -753,7 +754,7 @@ async def sentinel_failover(ctx: ActivityContext, p: SentinelFailoverParams) -> 
             "node_password": p.node_password,
             "timeout_seconds": p.timeout_seconds,
         },
-        ttl_s=max(float(ctx.configuration.get("lease_ttl_s", 30.0)), p.timeout_seconds * 2),
+        ttl_s=lease_ttl(ctx, at_least=p.timeout_seconds * 2),
     )
 
     def apply() -> tuple[str, float]:
