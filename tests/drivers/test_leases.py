@@ -230,6 +230,28 @@ def test_unknown_recipe_or_unserialisable_args_are_refused() -> None:
     assert leases.list_leases() == []
 
 
+def test_a_lease_lives_the_runs_ttl_or_as_long_as_its_fault_waits_on_a_server() -> None:
+    """A lease's TTL is the run's `lease_ttl_s` (DEFAULT_TTL_S when unset); a fault that waits on a server
+    (postgres.failover, redis.sentinel_failover) asks `lease_ttl` for at least its wait, never for less than
+    the run's."""
+
+    def recorded_ttl(configuration: dict[str, Any], at_least: float | None = None) -> float:
+        ctx = ActivityContext(run_id="ttl", configuration=configuration)
+        ttl = None if at_least is None else leases.lease_ttl(ctx, at_least=at_least)
+        entry = leases.leased_revert(
+            ctx, label="ttl", driver="process", revert="resume", args={"processes": []}, ttl_s=ttl
+        )
+        [lease] = [x for x in leases.list_leases() if x.lease_id == entry.lease_id]
+        leases.withdraw(ctx, entry)
+        return lease.ttl_s
+
+    assert recorded_ttl({}) == leases.DEFAULT_TTL_S
+    assert recorded_ttl({"lease_ttl_s": 5}) == 5.0
+    assert recorded_ttl({"lease_ttl_s": 5}, at_least=180.0) == 180.0
+    assert recorded_ttl({"lease_ttl_s": 600}, at_least=180.0) == 600.0
+    assert leases.list_leases() == []
+
+
 # --- mid-fault controller death for real servers ----------------------------------------------------------------
 
 

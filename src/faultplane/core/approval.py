@@ -31,7 +31,7 @@ import secrets
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,17 +92,9 @@ class Approval:
     key_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "content_hash": self.content_hash,
-            "family": self.family,
-            "approver": self.approver,
-            "issued_at": self.issued_at,
-            "expires_at": self.expires_at,
-            "reason": self.reason,
-            "purpose": self.purpose,
-            "key_id": self.key_id,
-            "token": self.token,
-        }
+        d = asdict(self)
+        d["token"] = d.pop("token")  # every field, the token last, as approval files have always been written
+        return d
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe, withdraw
+from faultplane.drivers.params import HoldSeconds
 
 __all__: list[str] = []
 
@@ -96,7 +97,7 @@ class DropParams(_Where):
     reject: bool = Field(
         default=False, description="answer with a TCP reset / ICMP unreachable instead of a silent drop"
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
     @field_validator("cidr")
     @classmethod
@@ -224,7 +225,7 @@ def _recipe_delete_qdisc(args: dict[str, Any]) -> None:
 
 class _Iface(_Where):
     interface: str = Field(description="network interface whose outgoing traffic is shaped, e.g. veth0")
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
     @field_validator("interface")
     @classmethod

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,23 @@ from faultplane.drivers.leases import (
     revert_now,
     revert_recipe,
 )
+from faultplane.drivers.params import HoldSeconds
 from faultplane.drivers.workers import wait_workers
 
 __all__: list[str] = []
 
 _FILL_PREFIX = ".faultplane-fill-"
+
+
+@contextlib.contextmanager
+def _process_errors(pid: int, doing: str = "inspect") -> Iterator[None]:
+    """psutil's errors about the target process, as the one-line error on the ``pid`` field a user reads."""
+    try:
+        yield
+    except psutil.NoSuchProcess:
+        raise DriverError(f"pid: no process {pid}") from None
+    except psutil.AccessDenied:
+        raise DriverError(f"pid: not allowed to {doing} process {pid} (run as root)") from None
 
 
 # --- disk fill ------------------------------------------------------------------------------------------------
@@ -60,7 +72,7 @@ class FillParams(BaseModel):
         default=None, ge=0, description="fill until only this much is free (default: 0, completely full)"
     )
     fill_bytes: int | None = Field(default=None, ge=1, description="or: take exactly this much")
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
     @model_validator(mode="after")
     def _one(self) -> FillParams:
@@ -154,7 +166,7 @@ class FdParams(BaseModel):
     headroom: int = Field(
         default=0, ge=0, le=1_000_000, description="new files it may still open (0: every open() fails)"
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("hostres", "exhaust_fds", FdParams, fault_type="resource_exhaustion")
@@ -162,15 +174,11 @@ async def exhaust_fds(ctx: ActivityContext, p: FdParams) -> dict[str, Any]:
     """Lower a running process's RLIMIT_NOFILE to its open descriptors + ``headroom`` (prlimit), so its next
     open()/accept()/socket() fails with EMFILE. Rollback puts the old limit back. Needs the right to change
     the process's limits (same user raising back needs CAP_SYS_RESOURCE: run as root)."""
-    try:
+    with _process_errors(p.pid, "read the limits of"):
         proc = psutil.Process(p.pid)
         previous = proc.rlimit(psutil.RLIMIT_NOFILE)
         opened = proc.num_fds()
         started = proc.create_time()
-    except psutil.NoSuchProcess:
-        raise DriverError(f"pid: no process {p.pid}") from None
-    except psutil.AccessDenied:
-        raise DriverError(f"pid: not allowed to read the limits of process {p.pid} (run as root)") from None
     soft = opened + p.headroom
     applied = [soft, previous[1]]
     entry = leased_revert(
@@ -223,7 +231,7 @@ class ClockSkewParams(BaseModel):
     offset_seconds: int = Field(
         ge=-315_360_000, le=315_360_000, description="how far the process's clock jumps (negative: back)"
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("hostres", "clock_skew", ClockSkewParams, fault_type="error")
@@ -312,13 +320,9 @@ def _move(root: Path, cgroup: str, pids: list[int]) -> None:
 
 def _family(pid: int) -> list[psutil.Process]:
     """The process and its descendants, as a cgroup fault moves them."""
-    try:
+    with _process_errors(pid):
         proc = psutil.Process(pid)
         return [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        raise DriverError(f"pid: no process {pid}") from None
-    except psutil.AccessDenied:
-        raise DriverError(f"pid: not allowed to inspect process {pid} (run as root)") from None
 
 
 async def _confine(
@@ -384,7 +388,7 @@ class PidsParams(BaseModel):
     headroom: int = Field(
         default=0, ge=0, le=100_000, description="new processes/threads it may still create (0: fork fails)"
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("hostres", "exhaust_pids", PidsParams, fault_type="resource_exhaustion")
@@ -394,12 +398,8 @@ async def exhaust_pids(ctx: ActivityContext, p: PidsParams) -> dict[str, Any]:
     of PIDs, without touching other processes. Rollback moves them (and any child they made) back to their
     own cgroup and removes it. Needs root."""
     family = _family(p.pid)
-    try:
+    with _process_errors(p.pid):
         tasks = sum(x.num_threads() for x in family)
-    except psutil.NoSuchProcess:
-        raise DriverError(f"pid: no process {p.pid}") from None
-    except psutil.AccessDenied:
-        raise DriverError(f"pid: not allowed to inspect process {p.pid} (run as root)") from None
     limit = tasks + p.headroom
     cgroup, entry = await _confine(
         ctx,
@@ -453,7 +453,7 @@ class ThrottleIoParams(BaseModel):
     write_bytes_per_second: int | None = Field(default=None, ge=4096, le=10**12)
     read_iops: int | None = Field(default=None, ge=1, le=10**7)
     write_iops: int | None = Field(default=None, ge=1, le=10**7)
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
     @model_validator(mode="after")
     def _some(self) -> ThrottleIoParams:

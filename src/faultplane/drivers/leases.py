@@ -51,6 +51,7 @@ __all__ = [
     "create_lease",
     "ensure_watchdog",
     "lease_dir",
+    "lease_ttl",
     "leased_revert",
     "list_leases",
     "outcomes",
@@ -350,6 +351,12 @@ def run_recipe(driver: str, revert: str, args: dict[str, Any]) -> None:
         anyio.run(_await)
 
 
+def lease_ttl(ctx: ActivityContext, *, at_least: float = 0.0) -> float:
+    """The lease TTL of this run (the experiment's ``configuration: {lease_ttl_s: ...}``, DEFAULT_TTL_S if
+    unset), raised to ``at_least`` for a fault whose own apply or revert waits that long on a server."""
+    return max(float(ctx.configuration.get("lease_ttl_s", DEFAULT_TTL_S)), at_least)
+
+
 def leased_revert(
     ctx: ActivityContext,
     *,
@@ -366,7 +373,7 @@ def leased_revert(
     controller reverts normally it claims the lease first, so the watchdog cannot revert twice; if the
     in-process revert fails, the lease is put back so the watchdog retries it.
     """
-    ttl = ttl_s if ttl_s is not None else float(ctx.configuration.get("lease_ttl_s", DEFAULT_TTL_S))
+    ttl = ttl_s if ttl_s is not None else lease_ttl(ctx)
     lease = create_lease(
         run_id=ctx.run_id,
         label=label,

@@ -33,10 +33,12 @@ from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import (
     apply_or_revert,
     hold_then_revert,
+    lease_ttl,
     leased_revert,
     revert_now,
     revert_recipe,
 )
+from faultplane.drivers.params import HoldSeconds, WaitSeconds
 from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
@@ -209,8 +211,8 @@ class ExhaustParams(_Dsn):
         default=False,
         description="fail (and release them) when the server gives fewer connections than requested",
     )
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="release after this long; omit to hold until rollback"
     )
 
 
@@ -265,8 +267,8 @@ LockMode = Literal[
 class LockParams(_Dsn):
     table: str = Field(description="table name, optionally schema-qualified (schema.table)")
     mode: LockMode = "ACCESS EXCLUSIVE"
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="release after this long; omit to hold until rollback"
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="release after this long; omit to hold until rollback"
     )
 
 
@@ -476,7 +478,7 @@ def _recipe_restore_parameter(args: dict[str, Any]) -> None:
 class ParameterParams(_Dsn):
     name: str = Field(pattern=_GUC, description="a server parameter, e.g. statement_timeout, work_mem")
     value: str = Field(max_length=1000, description="its new value, as in postgresql.conf (e.g. '50ms')")
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("postgres", "set_parameter", ParameterParams, fault_type="error")
@@ -539,8 +541,8 @@ class IdleTransactionParams(_Dsn):
         max_length=10_000,
         description="run inside each transaction first, e.g. SELECT ... FOR UPDATE to hold row locks",
     )
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="end them after this long; omit to hold until rollback"
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="end them after this long; omit to hold until rollback"
     )
 
 
@@ -664,9 +666,7 @@ class RestartParams(_Dsn):
         default="fast",
         description="fast: clean shutdown; immediate: a crash, the restart runs crash recovery",
     )
-    timeout_seconds: float = Field(
-        default=60, gt=0, le=600, description="give up waiting for it to come back"
-    )
+    timeout_seconds: WaitSeconds = Field(default=60, description="give up waiting for it to come back")
 
 
 @action("postgres", "restart", RestartParams, fault_type="error")
@@ -751,8 +751,8 @@ class ReplicationLagParams(BaseModel):
         description="apply each commit this long after the primary made it (recovery_min_apply_delay); "
         "omit to pause replay altogether",
     )
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="end the lag after this long; omit to hold until rollback"
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="end the lag after this long; omit to hold until rollback"
     )
 
 
@@ -921,9 +921,9 @@ class FailoverParams(BaseModel):
         description="the primary's data directory on this host: stop it (fast shutdown) before promoting, as "
         "when it is lost; omit to promote while the primary runs (two writable servers)",
     )
-    timeout_seconds: float = Field(default=60, gt=0, le=600)
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="revert after this long; omit to hold until rollback"
+    timeout_seconds: WaitSeconds = 60
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="revert after this long; omit to hold until rollback"
     )
 
 
@@ -979,7 +979,7 @@ async def failover(ctx: ActivityContext, p: FailoverParams) -> dict[str, Any]:
             "replica_options": _start_options(replica_dir),
             "primary_options": _start_options(Path(p.primary_data_dir)) if p.primary_data_dir else None,
         },
-        ttl_s=max(float(ctx.configuration.get("lease_ttl_s", 30.0)), p.timeout_seconds * 3),
+        ttl_s=lease_ttl(ctx, at_least=p.timeout_seconds * 3),
     )
 
     def apply() -> float:
@@ -1052,7 +1052,7 @@ class StatementErrorsParams(_Dsn):
         "available, 57014 statement timeout, 53100 disk full, 53200 out of memory, 57P01 admin shutdown, "
         "XX000 internal error",
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("postgres", "statement_errors", StatementErrorsParams, fault_type="error")

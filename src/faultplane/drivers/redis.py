@@ -26,10 +26,12 @@ from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import (
     apply_or_revert,
     hold_then_revert,
+    lease_ttl,
     leased_revert,
     revert_recipe,
     withdraw,
 )
+from faultplane.drivers.params import HoldSeconds, WaitSeconds
 from faultplane.drivers.sealing import mask_text
 
 __all__: list[str] = []
@@ -230,7 +232,7 @@ class ExhaustParams(_Url):
         default=False,
         description="fail (and release them) when the server gives fewer connections than requested",
     )
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("redis", "exhaust_connections", ExhaustParams, fault_type="resource_exhaustion")
@@ -427,7 +429,7 @@ class MaxmemoryParams(_Url):
         "volatile-ttl",
         "noeviction",
     ] = Field(default="allkeys-lru", description="noeviction makes writes fail with OOM instead of evicting")
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("redis", "maxmemory_pressure", MaxmemoryParams, fault_type="resource_exhaustion")
@@ -544,9 +546,7 @@ def _recipe_follow_master(args: dict[str, Any]) -> None:
 
 
 class PromoteParams(_Url):
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="follow the master again after this long"
-    )
+    duration_seconds: HoldSeconds = Field(default=None, description="follow the master again after this long")
 
 
 @action("redis", "promote_replica", PromoteParams, fault_type="error")
@@ -711,9 +711,9 @@ class SentinelFailoverParams(BaseModel):
         description="password of the Redis servers themselves (the revert sets replica-priority on the "
         "replicas that must not take over); use a secret",
     )
-    timeout_seconds: float = Field(default=60, gt=0, le=600)
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="fail back after this long; omit to hold until rollback"
+    timeout_seconds: WaitSeconds = 60
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="fail back after this long; omit to hold until rollback"
     )
 
 
@@ -754,7 +754,7 @@ async def sentinel_failover(ctx: ActivityContext, p: SentinelFailoverParams) -> 
             "node_password": p.node_password,
             "timeout_seconds": p.timeout_seconds,
         },
-        ttl_s=max(float(ctx.configuration.get("lease_ttl_s", 30.0)), p.timeout_seconds * 2),
+        ttl_s=lease_ttl(ctx, at_least=p.timeout_seconds * 2),
     )
 
     def apply() -> tuple[str, float]:

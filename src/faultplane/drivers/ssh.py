@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
 from faultplane.drivers.leases import hold_then_revert, leased_revert, revert_now, revert_recipe
+from faultplane.drivers.params import HoldSeconds
 
 __all__ = ["SshTarget"]
 
@@ -198,7 +199,7 @@ async def kill_process(ctx: ActivityContext, p: KillParams) -> dict[str, Any]:
 
 
 class SuspendParams(ProcessParams):
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 def _lease_or_plain(
@@ -292,8 +293,8 @@ def quote(value: str) -> str:
 class HostsParams(BlastRadius):
     model_config = ConfigDict(extra="forbid")
     hosts: list[SshTarget] = Field(min_length=1, max_length=1000, description="the candidate hosts")
-    duration_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="revert after this long; omit to hold until rollback"
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="revert after this long; omit to hold until rollback"
     )
 
 

@@ -26,6 +26,7 @@ from faultplane.drivers.netproxy.toxics import (
     Toxic,
     parse_toxic,
 )
+from faultplane.drivers.params import HoldSeconds
 
 __all__ = ["ProxyManager", "Route", "in_process_manager", "parse_hostport", "parse_toxic"]
 
@@ -192,11 +193,8 @@ async def remove_route(ctx: ActivityContext, p: RouteParams) -> dict[str, Any]:
 class AddToxicParams(_Where):
     route: str = Field(description="route name")
     toxic: Toxic = Field(description="the toxic; its `type` picks the fields")
-    duration_seconds: float | None = Field(
-        default=None,
-        gt=0,
-        le=3600,
-        description="remove the toxic after this long; omit to keep until rollback",
+    duration_seconds: HoldSeconds = Field(
+        default=None, description="remove the toxic after this long; omit to keep until rollback"
     )
 
 
@@ -260,7 +258,7 @@ class LatencyParams(_Where):
     jitter_ms: float = Field(default=0, ge=0)
     stream: str = Field(default="downstream", pattern="^(upstream|downstream)$")
     toxicity: float = Field(default=1.0, ge=0, le=1)
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("netproxy", "latency", LatencyParams, fault_type="latency")
@@ -274,7 +272,7 @@ class TimeoutParams(_Where):
     route: str
     timeout_ms: float = Field(default=0, ge=0, description="close connections after this; 0 = hold forever")
     toxicity: float = Field(default=1.0, ge=0, le=1)
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("netproxy", "timeout", TimeoutParams, fault_type="timeout")
@@ -288,7 +286,7 @@ class PartitionParams(_Where):
     route: str
     mode: str = Field(default="blackhole", pattern="^(refuse|blackhole)$")
     toxicity: float = Field(default=1.0, ge=0, le=1)
-    duration_seconds: float | None = Field(default=None, gt=0, le=3600)
+    duration_seconds: HoldSeconds = None
 
 
 @action("netproxy", "partition", PartitionParams, fault_type="network_partition")
