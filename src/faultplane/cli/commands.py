@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "faultplane.cli.core",
         "Start a small HTTP service on loopback, run the bundled latency experiment against it, stop it.",
     ),
-    "journal": ("faultplane.cli.core", "Read run journals."),
+    "journal": ("faultplane.cli.core", "Read, export and import run journals."),
     "runs": ("faultplane.cli.core", "List and manage runs."),
     "experiments": (
         "faultplane.cli.core",

@@ -15,7 +15,7 @@ Fields whose JSON type decides the row (truthiness in Python, objects read only 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +318,7 @@ def ingest_ndjson(
     *,
     max_object_bytes: int = 64 * 1024 * 1024,
     batch_bytes: int = _BATCH_BYTES,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> int:
     """Write every journal in `files` (one JSON journal per line) to a DuckDB store, replacing earlier rows of the
     same runs; returns the number of journals written.
@@ -325,6 +326,7 @@ def ingest_ndjson(
     Files are taken in consecutive batches of about `batch_bytes` (the parsed journals of a batch are held in
     memory), each batch one transaction: a batch that fails leaves nothing of itself, and the batches before it
     written. Within a batch, and from one batch to the next, a run written twice keeps its last journal.
+    `on_batch(journals, file_bytes)` is called after each batch is committed (for progress).
     """
     if getattr(store, "dialect", "duckdb") != "duckdb":
         raise EvidenceError(
@@ -348,7 +350,13 @@ def ingest_ndjson(
         # database instance keeps up to that much until the store's connection closes (after this call, outside a
         # `store.batch()`). Where it is higher already or this DuckDB lacks it, the ingest is the same without.
         _try(con, f"SET block_allocator_memory = '{_BLOCK_MEMORY}'")
-        return sum(_ingest_batch(con, group, max_object_bytes) for group in _batches(paths, batch_bytes))
+        total = 0
+        for group in _batches(paths, batch_bytes):
+            n = _ingest_batch(con, group, max_object_bytes)
+            total += n
+            if on_batch is not None:
+                on_batch(n, sum(Path(p).stat().st_size for p in group))
+        return total
 
 
 def _ingest_batch(con: Any, paths: list[str], max_object_bytes: int) -> int:

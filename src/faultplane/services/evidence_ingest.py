@@ -53,10 +53,12 @@ def index_journals(store: Any, journals: Iterable[Any], window_s: float | None =
 
 
 def ingest_journals(store: Any, journals: Iterable[Any], batch: int = 5_000) -> int:
-    """Write finished journals to the store in bulk: runs, activities, journals and run_metrics rows.
+    """Write finished journals to the store in bulk: runs, activities, journals and run_metrics rows; returns the
+    number of runs written (a run given twice in one batch counts once).
 
     The fleet path (and the benchmark's): on DuckDB each batch is one transaction of Arrow inserts; on ClickHouse,
-    one insert per table and batch.
+    one insert per table and batch. A run given twice keeps its last journal, as writing them one after the other
+    would (and as the bulk NDJSON ingest does).
     """
     _ensure(store)
     total = 0
@@ -65,6 +67,9 @@ def ingest_journals(store: Any, journals: Iterable[Any], batch: int = 5_000) -> 
     from pydantic_core import to_json
 
     def flush() -> None:
+        nonlocal pending
+        # one row per run in a batch: two rows of one run_id broke DuckDB's primary key mid-transaction
+        pending = list({j.get("run_id") or id(j): j for j in pending}.values())
         tables: dict[str, list[dict[str, Any]]] = {
             "runs": [],
             "activities": [],

@@ -1,0 +1,214 @@
+"""`faultplane journal import`: journal files (.json, one journal or a list; .ndjson/.jsonl, one per line) and
+folders of them into a store. The rows are the ones `evidence.ingest_journals` writes for the same journals, on
+DuckDB (bulk NDJSON reader) and on chDB (Python path); bad files fail in one line naming the file and write
+nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clickhouse_helpers import chdb_store
+from hypothesis import HealthCheck, given, settings
+from test_same_answers import journal_sets
+from typer.testing import CliRunner
+
+from faultplane.cli.main import app
+from faultplane.core.store import Store
+from faultplane.services import evidence as ev
+from faultplane.services.journal_import import import_journal_files
+
+runner = CliRunner()
+# line breaks JSON keeps raw inside strings, which a line reader must not split a journal at
+ODD_TEXT = "line\u2028sep\u2029par\u0085nel \r\n crlf ünï 'q' \\ back"
+
+
+def _journal(run_id: str, status: str = "completed") -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "status": status,
+        "start": "2026-11-01T10:00:00+00:00",
+        "end": "2026-11-01T10:00:02+00:00",
+        "duration": 2.0,
+        "experiment": {"title": "Checkout latency", "tags": []},
+        "steady_states": {"before": {"steady_state_met": True, "probes": []}, "after": None},
+        "run": [],
+        "rollbacks": [],
+    }
+
+
+def _write_mixed(folder: Path, journals: list[dict[str, Any]]) -> None:
+    """The journals in their order across the three shapes: one pretty .json file each, a .json list, then an
+    NDJSON file; a hidden folder with a stray file that is not a journal (skipped)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    third = max(1, len(journals) // 3)
+    singles, listed, lines = journals[:third], journals[third : 2 * third], journals[2 * third :]
+    for i, j in enumerate(singles):
+        (folder / f"a{i:03d}.json").write_text(json.dumps(j, indent=2, ensure_ascii=False), encoding="utf-8")
+    if listed:
+        (folder / "b-list.json").write_text(json.dumps(listed, ensure_ascii=False), encoding="utf-8")
+    if lines:
+        body = "".join(json.dumps(j, ensure_ascii=False) + "\n\n" for j in lines)  # blank lines are skipped
+        (folder / "c-fleet.ndjson").write_text(body, encoding="utf-8")
+    (folder / ".cache").mkdir(exist_ok=True)
+    (folder / ".cache" / "junk.json").write_text('{"not": "a journal"}', encoding="utf-8")
+
+
+def _rows(store: Any) -> dict[str, Any]:
+    runs = store.query("SELECT run_id, status FROM runs ORDER BY run_id")
+    bodies = {r["run_id"]: json.loads(r["body"]) for r in store.query("SELECT run_id, body FROM journals")}
+    return {
+        "runs": [(r["run_id"], r["status"]) for r in runs],
+        "bodies": bodies,
+        "cards": [c.model_dump() for c in ev.scorecards(store, sync=False)],
+    }
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(journals=journal_sets())
+def test_import_writes_what_ingest_journals_writes_on_duckdb_and_chdb(
+    journals: list[dict[str, Any]], tmp_path: Path, chdb_dir: Path
+) -> None:
+    journals[0]["verdict"] = ODD_TEXT
+    work = tmp_path / uuid.uuid4().hex
+    _write_mixed(work / "in", journals)
+    reference = Store(work / "ref.duckdb")
+    ev.ingest_journals(reference, journals)
+    expected = _rows(reference)
+
+    duck = work / "imported.duckdb"
+    res = runner.invoke(app, ["journal", "import", str(work / "in"), "--store", str(duck), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    runs = len({j["run_id"] for j in journals})  # a run given twice is written once
+    assert summary["journals"] == runs and summary["ingest_path"] == "bulk"
+    assert _rows(Store(duck)) == expected
+    assert expected["bodies"][journals[0]["run_id"]]["verdict"] == ODD_TEXT or runs < len(journals)
+
+    ch = chdb_store(chdb_dir)
+    try:
+        result = import_journal_files(ch, [work / "in"])
+        assert (result.journals, result.path) == (runs, "python")
+        assert _rows(ch) == expected
+    finally:
+        ch.execute(f"DROP DATABASE IF EXISTS {ch.database}")
+
+
+def test_a_run_found_twice_keeps_the_journal_read_last_and_a_second_import_replaces(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "1-first.json").write_text(json.dumps(_journal("r-1", "failed")), encoding="utf-8")
+    (folder / "2-later.ndjson").write_text(
+        json.dumps(_journal("r-1", "completed")) + "\n" + json.dumps(_journal("r-2")) + "\n", encoding="utf-8"
+    )
+    store = tmp_path / "s.duckdb"
+    for _ in range(2):
+        res = runner.invoke(app, ["journal", "import", str(folder), "--store", str(store)])
+        assert res.exit_code == 0, res.output
+        assert re.search(
+            r"imported 2 journals from 2 file\(s\) into .*s\.duckdb", " ".join(res.stdout.split())
+        )
+        rows = Store(store).query("SELECT run_id, status FROM runs ORDER BY run_id")
+        assert [(r["run_id"], r["status"]) for r in rows] == [("r-1", "completed"), ("r-2", "completed")]
+    # files named one by one are taken in the order given, whatever their names
+    res = runner.invoke(
+        app,
+        [
+            "journal",
+            "import",
+            str(folder / "2-later.ndjson"),
+            str(folder / "1-first.json"),
+            "--store",
+            str(store),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    (row,) = Store(store).query("SELECT status FROM runs WHERE run_id = 'r-1'")
+    assert row["status"] == "failed"
+    # --quiet prints nothing on success
+    res = runner.invoke(app, ["journal", "import", str(folder), "--store", str(store), "-q"])
+    assert res.exit_code == 0 and res.stdout == ""
+
+
+def _fifo(folder: Path) -> Path:
+    os.mkfifo(folder / "pipe.json")
+    return folder / "pipe.json"
+
+
+# each case: what the folder holds, what is passed, a fragment the one-line error must hold
+HOSTILE: dict[str, tuple[dict[str, bytes], Any, str]] = {
+    "missing path": ({}, lambda d: d / "nope", "does not exist"),
+    "empty folder": ({"notes.txt": b"hello"}, lambda d: d, "no .json, .ndjson or .jsonl file"),
+    "object that is no journal": ({"x.json": b'{"a": 1}'}, lambda d: d, "x.json: not a Faultplane journal"),
+    "run_id not a string": ({"x.json": b'{"run_id": 5}'}, lambda d: d, "not a Faultplane journal"),
+    "list holding a stranger": (
+        {"x.json": json.dumps([_journal("ok-1"), 3]).encode()},
+        lambda d: d,
+        "x.json item 1: not a Faultplane journal",
+    ),
+    "invalid JSON": ({"x.json": b'{"run_id": "a",\n  "status": }'}, lambda d: d, "x.json:2:"),
+    "not UTF-8": ({"x.json": b'{"run_id": "\xff\xfe"}'}, lambda d: d, "not UTF-8"),
+    "nested past any journal": ({"x.json": b"[" * 200_000}, lambda d: d, "x.json"),
+    "a bad NDJSON line": (
+        {"x.ndjson": (json.dumps(_journal("ok-2")) + "\n{oops\n").encode()},
+        lambda d: d,
+        "not journals",
+    ),
+    "a FIFO named as a file": ({}, _fifo, "not a regular file"),
+    # a good NDJSON file before a bad .json file: nothing of either is written
+    "good file then bad file": (
+        {"a.ndjson": (json.dumps(_journal("ok-3")) + "\n").encode(), "b.json": b"[1, 2]"},
+        lambda d: d,
+        "b.json item 0: not a Faultplane journal",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_bad_input_is_one_line_naming_the_file_and_writes_nothing(case: str, tmp_path: Path) -> None:
+    files, target, fragment = HOSTILE[case]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    store = tmp_path / "s.duckdb"
+    res = runner.invoke(app, ["journal", "import", str(target(folder)), "--store", str(store)])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert fragment in lines[0] and "fix:" in lines[0], lines[0]
+    if store.exists():
+        assert Store(store).query("SELECT count(*) AS n FROM runs")[0]["n"] == 0
+
+
+def test_a_bad_line_on_clickhouse_names_its_line(tmp_path: Path, chdb: Any) -> None:
+    bad = tmp_path / "fleet.jsonl"
+    bad.write_text(json.dumps(_journal("ch-1")) + "\n" + '{"run_id": "ch-2", "status": \n', encoding="utf-8")
+    with pytest.raises(ev.EvidenceError, match=r"fleet\.jsonl:2: invalid JSON"):
+        import_journal_files(chdb, [bad])
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "chdb"])
+def test_ingest_journals_keeps_the_last_journal_of_a_run_given_twice_in_a_batch(
+    engine: str, tmp_path: Path, chdb_dir: Path
+) -> None:
+    store = Store(tmp_path / "s.duckdb") if engine == "duckdb" else chdb_store(chdb_dir)
+    try:
+        n = ev.ingest_journals(
+            store, [_journal("d-1", "failed"), _journal("d-2"), _journal("d-1", "completed")]
+        )
+        rows = store.query(
+            "SELECT run_id, status FROM runs FINAL" if engine == "chdb" else "SELECT * FROM runs"
+        )
+        assert n == 2 and sorted((r["run_id"], r["status"]) for r in rows) == [
+            ("d-1", "completed"),
+            ("d-2", "completed"),
+        ]
+    finally:
+        if engine == "chdb":
+            store.execute(f"DROP DATABASE IF EXISTS {store.database}")
