@@ -5,6 +5,7 @@ nothing."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -160,6 +161,16 @@ HOSTILE: dict[str, tuple[dict[str, bytes], Any, str]] = {
         "not journals",
     ),
     "a FIFO named as a file": ({}, _fifo, "not a regular file"),
+    "a .gz that is no gzip": (
+        {"x.ndjson.gz": (json.dumps(_journal("ok-4")) + "\n").encode()},
+        lambda d: d,
+        "x.ndjson.gz",
+    ),
+    "a cut gzip file": (
+        {"x.jsonl.gz": gzip.compress((json.dumps(_journal("ok-5")) + "\n").encode() * 50)[:-30]},
+        lambda d: d,
+        "x.jsonl.gz",
+    ),
     # a good NDJSON file before a bad .json file: nothing of either is written
     "good file then bad file": (
         {"a.ndjson": (json.dumps(_journal("ok-3")) + "\n").encode(), "b.json": b"[1, 2]"},
@@ -191,6 +202,10 @@ def test_a_bad_line_on_clickhouse_names_its_line(tmp_path: Path, chdb: Any) -> N
     bad.write_text(json.dumps(_journal("ch-1")) + "\n" + '{"run_id": "ch-2", "status": \n', encoding="utf-8")
     with pytest.raises(ev.EvidenceError, match=r"fleet\.jsonl:2: invalid JSON"):
         import_journal_files(chdb, [bad])
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress((json.dumps(_journal("ch-3")) + "\n").encode() * 50)[:-30])
+    with pytest.raises(ev.EvidenceError, match=r"cut\.jsonl\.gz: not a whole gzip file .*; fix: "):
+        import_journal_files(chdb, [cut])
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "chdb"])
@@ -212,3 +227,36 @@ def test_ingest_journals_keeps_the_last_journal_of_a_run_given_twice_in_a_batch(
     finally:
         if engine == "chdb":
             store.execute(f"DROP DATABASE IF EXISTS {store.database}")
+
+
+def _gz_lines(path: Path, journals: list[dict[str, Any]]) -> None:
+    path.write_bytes(gzip.compress("".join(json.dumps(j) + "\n" for j in journals).encode()))
+
+
+def test_gzipped_ndjson_imports_as_the_plain_file_does_on_duckdb_and_chdb(tmp_path: Path, chdb: Any) -> None:
+    journals = [_journal(f"gz-{i}", ("completed", "failed")[i % 2]) for i in range(30)]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _gz_lines(folder / "a.ndjson.gz", journals[:20])
+    _gz_lines(folder / "b.jsonl.gz", journals[20:])
+    reference = Store(tmp_path / "ref.duckdb")
+    ev.ingest_journals(reference, journals)
+    duck = Store(tmp_path / "s.duckdb")
+    assert import_journal_files(duck, [folder]).journals == 30
+    assert import_journal_files(chdb, [folder]).journals == 30
+    assert _rows(duck) == _rows(reference) == _rows(chdb)
+
+
+def test_a_batch_of_gzip_files_is_measured_by_its_text_not_its_compressed_size(tmp_path: Path) -> None:
+    from faultplane.services.evidence_bulk import ingest_ndjson
+
+    files = [tmp_path / f"{i}.ndjson.gz" for i in range(3)]
+    for i, f in enumerate(files):
+        _gz_lines(f, [_journal(f"b{i}-{k}") for k in range(40)])
+    text = len("".join(json.dumps(_journal(f"b0-{k}")) + "\n" for k in range(40)))
+    compressed = max(f.stat().st_size for f in files)
+    assert compressed * 3 < text  # one batch by compressed size, three by text
+    batches: list[int] = []
+    store = Store(tmp_path / "s.duckdb")
+    n = ingest_ndjson(store, files, batch_bytes=text + 1, on_batch=lambda j, _b: batches.append(j))
+    assert n == 120 and batches == [40, 40, 40]

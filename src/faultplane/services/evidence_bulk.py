@@ -297,12 +297,23 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def _text_bytes(path: str) -> int:
+    """The file's size as text: a gzip file's own record of it (its last 4 bytes, modulo 4 GiB), so a batch of
+    compressed files holds about as much text, and memory, as one of plain files."""
+    size = Path(path).stat().st_size
+    if not path.lower().endswith(".gz") or size < 18:
+        return size
+    with open(path, "rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(fh.read(4), "little"))
+
+
 def _batches(paths: list[str], batch_bytes: int) -> Iterator[list[str]]:
-    """Consecutive groups of files of about `batch_bytes` together (a file larger than that is a group alone)."""
+    """Consecutive groups of files of about `batch_bytes` of text together (a larger file is a group alone)."""
     group: list[str] = []
     size = 0
     for p in paths:
-        n = Path(p).stat().st_size
+        n = _text_bytes(p)
         if group and size + n > batch_bytes:
             yield group
             group, size = [], 0

@@ -10,6 +10,7 @@ journal files sorted by path), so a run found twice keeps the journal read last,
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -23,7 +24,8 @@ from faultplane.services.evidence_figures import EvidenceError
 
 __all__ = ["ImportResult", "import_journal_files", "journal_files"]
 
-NDJSON_SUFFIXES = (".ndjson", ".jsonl")
+# gzip'ed NDJSON as fleets ship it: DuckDB's readers and Python's gzip read it as it is
+NDJSON_SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
 JOURNAL_SUFFIXES = (".json", *NDJSON_SUFFIXES)
 # one journal file (or line) larger than this is refused: the bulk reader's own object limit
 _MAX_JOURNAL_BYTES = 64 * 1024 * 1024
@@ -60,7 +62,7 @@ class ImportResult:
 
 def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """The journal files `paths` name: files as given (any suffix), directories searched for .json, .ndjson and
-    .jsonl files (sorted, hidden ones skipped). Refuses a missing path and a selection with no file at all."""
+    .jsonl files, the NDJSON ones gzip'ed too (sorted, hidden ones skipped). Refuses a missing path and a selection with no file at all."""
     if not paths:
         raise EvidenceError("paths: none given; fix: name journal files or folders holding them")
     found: list[Path] = []
@@ -70,7 +72,7 @@ def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
             found += sorted(
                 f
                 for f in p.rglob("*")
-                if f.suffix.lower() in JOURNAL_SUFFIXES
+                if f.name.lower().endswith(JOURNAL_SUFFIXES)
                 and f.is_file()
                 and not any(part.startswith(".") for part in f.relative_to(p).parts)
             )
@@ -82,14 +84,14 @@ def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
             raise EvidenceError(f"paths: {p} does not exist; fix: name journal files or folders holding them")
     if not found:
         raise EvidenceError(
-            f"paths: no .json, .ndjson or .jsonl file in {', '.join(str(p) for p in paths)}; "
+            f"paths: no .json, .ndjson or .jsonl file (or .ndjson.gz, .jsonl.gz) in {', '.join(str(p) for p in paths)}; "
             "fix: name journal files or folders holding them"
         )
     return found
 
 
 def _is_ndjson(path: Path) -> bool:
-    return path.suffix.lower() in NDJSON_SUFFIXES
+    return path.name.lower().endswith(NDJSON_SUFFIXES)
 
 
 def _checked(value: Any, where: str) -> dict[str, Any]:
@@ -123,23 +125,32 @@ def _json_file_journals(path: Path) -> list[dict[str, Any]]:
 
 
 def _ndjson_file_journals(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open("rb") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            if len(line) > _MAX_JOURNAL_BYTES:
-                raise EvidenceError(
-                    f"{path}:{number}: a line over {_MAX_JOURNAL_BYTES:,} bytes; {_NOT_A_JOURNAL}"
-                )
-            try:
-                value = json.loads(line)
-            except UnicodeDecodeError as exc:
-                raise EvidenceError(
-                    f"{path}:{number}: not UTF-8 text (byte {exc.start}); fix: journals are UTF-8 JSON"
-                ) from None
-            except json.JSONDecodeError as exc:
-                raise EvidenceError(f"{path}:{number}: invalid JSON ({exc.msg}); {_NOT_A_JOURNAL}") from None
-            yield _checked(value, f"{path}:{number}")
+    try:
+        with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as fh:
+            yield from _ndjson_lines(path, fh)
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise EvidenceError(
+            f"{path}: not a whole gzip file ({exc}); fix: gzip it again, or pass it unzipped"
+        ) from None
+
+
+def _ndjson_lines(path: Path, fh: Any) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(fh, 1):
+        if not line.strip():
+            continue
+        if len(line) > _MAX_JOURNAL_BYTES:
+            raise EvidenceError(
+                f"{path}:{number}: a line over {_MAX_JOURNAL_BYTES:,} bytes; {_NOT_A_JOURNAL}"
+            )
+        try:
+            value = json.loads(line)
+        except UnicodeDecodeError as exc:
+            raise EvidenceError(
+                f"{path}:{number}: not UTF-8 text (byte {exc.start}); fix: journals are UTF-8 JSON"
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise EvidenceError(f"{path}:{number}: invalid JSON ({exc.msg}); {_NOT_A_JOURNAL}") from None
+        yield _checked(value, f"{path}:{number}")
 
 
 def _python_ingest(store: Any, files: list[Path], on_progress: Callable[[int, int], None] | None) -> int:
