@@ -19,10 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from test_same_answers import journal_sets
 from typer.testing import CliRunner
 
+from clihelp import cli, small_experiment
 from faultplane.cli.main import app
 from faultplane.core.store import Store
 from faultplane.services import evidence as ev
 from faultplane.services.journal_import import import_journal_files
+from policy_helpers import use_lab_policy
 
 runner = CliRunner()
 # line breaks JSON keeps raw inside strings, which a line reader must not split a journal at
@@ -260,3 +262,30 @@ def test_a_batch_of_gzip_files_is_measured_by_its_text_not_its_compressed_size(t
     store = Store(tmp_path / "s.duckdb")
     n = ingest_ndjson(store, files, batch_bytes=text + 1, on_batch=lambda j, _b: batches.append(j))
     assert n == 120 and batches == [40, 40, 40]
+
+
+def test_a_real_run_exported_on_one_machine_reads_the_same_after_import_on_another(tmp_path: Path) -> None:
+    """The round trip a user makes: `run --journal` (or `journal export --format faultplane`) where the run
+    happened, `journal import` into another store, then `journal show` and `analyze` there, as real processes."""
+    use_lab_policy("gates: {required: false}\n")
+    exp = tmp_path / "exp.json"
+    exp.write_text(json.dumps(small_experiment("round trip")), encoding="utf-8")
+    here, there = str(tmp_path / "here.duckdb"), str(tmp_path / "there.duckdb")
+    ran = cli("run", str(exp), "-q", "--json", "--store", here, "--journal", str(tmp_path / "run.json"))
+    assert ran.returncode == 0, ran.stderr
+    run_id = json.loads(ran.stdout)["run_id"]
+    exported = cli(
+        "journal", "export", run_id, "--format", "faultplane", "-o", str(tmp_path / "x.json"), "--store", here
+    )
+    assert exported.returncode == 0, exported.stderr
+    for name in ("run.json", "x.json"):
+        imported = cli("journal", "import", str(tmp_path / name), "--store", there, "--json")
+        assert imported.returncode == 0 and json.loads(imported.stdout)["journals"] == 1, imported.stderr
+        shown = {
+            where: json.loads(cli("journal", "show", run_id, "-f", "json", "--store", where).stdout)
+            for where in (here, there)
+        }
+        assert shown[here] == shown[there] and shown[there]["status"] == "completed"
+    seen = [json.loads(cli("analyze", "--json", "--store", where).stdout) for where in (here, there)]
+    assert [(a["runs"], a["experiments"]) for a in seen] == [(seen[0]["runs"], seen[0]["experiments"])] * 2
+    assert seen[1]["runs_total"] == 1 and seen[1]["experiments"][0]["runs"] == 1

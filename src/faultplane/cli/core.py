@@ -476,7 +476,7 @@ def journal_import(
         typer.echo(json.dumps(result.to_dict()))
     elif not quiet:
         console.print(
-            f"imported {result.journals:,} journals from {result.files:,} file(s) into {result.store} in "
+            f"imported {result.journals:,} journal{'' if result.journals == 1 else 's'} from {result.files:,} file(s) into {result.store} in "
             f"{result.seconds:.2f} s ({result.per_second:,.0f} journals/s)",
             highlight=False,
         )
