@@ -475,10 +475,11 @@ def journal_import(
     if output == "json":
         typer.echo(json.dumps(result.to_dict()))
     elif not quiet:
-        console.print(
-            f"imported {result.journals:,} journal{'' if result.journals == 1 else 's'} from {result.files:,} file(s) into {result.store} in "
-            f"{result.seconds:.2f} s ({result.per_second:,.0f} journals/s)",
-            highlight=False,
+        plural = "" if result.journals == 1 else "s"
+        # one line, never folded at the terminal's width: the store's path stays whole for a reader and grep
+        typer.echo(
+            f"imported {result.journals:,} journal{plural} from {result.files:,} file(s) into {result.store} "
+            f"in {result.seconds:.2f} s ({result.per_second:,.0f} journals/s)"
         )
 
 
