@@ -164,6 +164,8 @@ HOSTILE: dict[str, tuple[dict[str, bytes], Any, str]] = {
         "not journals",
     ),
     "a FIFO named as a file": ({}, _fifo, "not a regular file"),
+    # a regular file whose first page is unmapped: EIO on read, even for root
+    "a file that cannot be read": ({}, lambda d: Path("/proc/self/mem"), "/proc/self/mem: cannot be read"),
     "a .gz that is no gzip": (
         {"x.ndjson.gz": (json.dumps(_journal("ok-4")) + "\n").encode()},
         lambda d: d,
@@ -205,6 +207,10 @@ def test_a_bad_line_on_clickhouse_names_its_line(tmp_path: Path, chdb: Any) -> N
     bad.write_text(json.dumps(_journal("ch-1")) + "\n" + '{"run_id": "ch-2", "status": \n', encoding="utf-8")
     with pytest.raises(ev.EvidenceError, match=r"fleet\.jsonl:2: invalid JSON"):
         import_journal_files(chdb, [bad])
+    unreadable = tmp_path / "mem.ndjson"
+    unreadable.symlink_to("/proc/self/mem")
+    with pytest.raises(ev.EvidenceError, match=r"mem\.ndjson: cannot be read \(Input/output error\); fix: "):
+        import_journal_files(chdb, [unreadable])
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(gzip.compress((json.dumps(_journal("ch-3")) + "\n").encode() * 50)[:-30])
     with pytest.raises(ev.EvidenceError, match=r"cut\.jsonl\.gz: not a whole gzip file .*; fix: "):

@@ -29,6 +29,7 @@ NDJSON_SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
 JOURNAL_SUFFIXES = (".json", *NDJSON_SUFFIXES)
 # one journal file (or line) larger than this is refused: the bulk reader's own object limit
 _MAX_JOURNAL_BYTES = 64 * 1024 * 1024
+_READABLE = "pass a journal file this user can read"
 _NOT_A_JOURNAL = (
     "fix: pass Faultplane journals (a JSON object with a run_id: `faultplane run --journal`, "
     "`faultplane journal export RUN --format faultplane`), one per .json file or one per line of .ndjson/.jsonl"
@@ -120,6 +121,8 @@ def _json_file_journals(path: Path) -> list[dict[str, Any]]:
         ) from None
     except RecursionError:
         raise EvidenceError(f"{path}: nested too deeply to be a journal; {_NOT_A_JOURNAL}") from None
+    except OSError as exc:
+        raise EvidenceError(f"{path}: cannot be read ({exc.strerror or exc}); fix: {_READABLE}") from None
     items = data if isinstance(data, list) else [data]
     return [_checked(j, f"{path}" if len(items) == 1 else f"{path} item {i}") for i, j in enumerate(items)]
 
@@ -132,6 +135,8 @@ def _ndjson_file_journals(path: Path) -> Iterator[dict[str, Any]]:
         raise EvidenceError(
             f"{path}: not a whole gzip file ({exc}); fix: gzip it again, or pass it unzipped"
         ) from None
+    except OSError as exc:
+        raise EvidenceError(f"{path}: cannot be read ({exc.strerror or exc}); fix: {_READABLE}") from None
 
 
 def _ndjson_lines(path: Path, fh: Any) -> Iterator[dict[str, Any]]:
