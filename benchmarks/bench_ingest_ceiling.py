@@ -2,7 +2,8 @@
 
 - as shipped: every table, journal texts included;
 - journal rows without their text (`body` NULL): what moving the text out of the row table could win at most;
-- no journal rows at all: the runs, activities and run_metrics rows alone, the ceiling of this design.
+- no journal rows at all: the runs, activities and run_metrics rows alone, the ceiling of this design;
+- as shipped on one DuckDB thread: how the ingest scales with cores (the parse runs on all of them).
 
 The last two are measurement variants of `evidence_bulk` (its journals statement replaced in this process only),
 not something a store can be asked for. Journals as in bench_store.py (three real runs cloned into N runs).
@@ -32,13 +33,15 @@ def main() -> int:
     from faultplane.services import evidence as ev
     from faultplane.services import evidence_bulk as bulk
 
-    shipped = bulk._JOURNALS
+    shipped, macros = bulk._JOURNALS, bulk._MACROS
+    # (journals statement, DuckDB threads): one thread shows how the shipped ingest scales with cores
     variants = {
-        "as shipped (journal text stored)": shipped,
-        "journal rows without text": shipped.replace("THEN o.body", "THEN NULL"),
-        "no journal rows": "SELECT 1 WHERE $files IS NOT NULL AND $max_size > 0",
+        "as shipped (journal text stored)": (shipped, None),
+        "as shipped, one DuckDB thread": (shipped, 1),
+        "journal rows without text": (shipped.replace("THEN o.body", "THEN NULL"), None),
+        "no journal rows": ("SELECT 1 WHERE $files IS NOT NULL AND $max_size > 0", None),
     }
-    assert variants["journal rows without text"] != shipped
+    assert variants["journal rows without text"][0] != shipped
     work = Path(tempfile.mkdtemp(prefix="fp-bench-ceiling-"))
     try:
         files = bench_store.write_ndjson(
@@ -47,8 +50,10 @@ def main() -> int:
         load = os.getloadavg()[0]
         results: dict[str, tuple[float, float, float]] = {}
         for r in range(ROUNDS):
-            for v, (name, statement) in enumerate(variants.items()):
+            for v, (name, (statement, threads)) in enumerate(variants.items()):
                 bulk._JOURNALS = statement
+                # the ingest runs its setup statements on its own connection first: the thread count goes there
+                bulk._MACROS = macros + ([f"SET threads = {threads}"] if threads else [])
                 path = work / f"s{r}-{v}.duckdb"  # a fresh file each time: the store remembers migrated paths
                 store = Store(path)
                 store.ensure_schema("evidence", ev.EVIDENCE_MIGRATIONS)
@@ -59,7 +64,7 @@ def main() -> int:
                 if name not in results or wall < results[name][0]:
                     results[name] = (wall, cpu, mb)
                 path.unlink()
-        bulk._JOURNALS = shipped
+        bulk._JOURNALS, bulk._MACROS = shipped, macros
         print(
             f"{N} journals, best of {ROUNDS}; load average {load:.1f} on {os.cpu_count()} CPUs at the start"
         )
