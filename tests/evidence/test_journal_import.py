@@ -296,3 +296,56 @@ def test_a_real_run_exported_on_one_machine_reads_the_same_after_import_on_anoth
     seen = [json.loads(cli("analyze", "--json", "--store", where).stdout) for where in (here, there)]
     assert [(a["runs"], a["experiments"]) for a in seen] == [(seen[0]["runs"], seen[0]["experiments"])] * 2
     assert seen[1]["runs_total"] == 1 and seen[1]["experiments"][0]["runs"] == 1
+
+
+def _written(store: Store) -> dict[str, Any]:
+    return {r["run_id"]: r["written_at"] for r in store.query("SELECT run_id, written_at FROM journals")}
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=journal_sets(), second=journal_sets())
+def test_journals_shipped_again_are_left_as_stored_and_changed_ones_replaced(
+    first: list[dict[str, Any]], second: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """A fleet re-sends its files: the journals the store holds word for word are left as they are (their
+    written_at too), a journal of a stored run that changed replaces it, new runs are added; the rows end as
+    writing every journal one after the other would leave them."""
+    work = tmp_path / uuid.uuid4().hex
+    work.mkdir()
+    again = [json.loads(json.dumps(j)) for j in first]
+    for j in again:  # one run changed (every copy of it: journal_sets may hold a run twice)
+        if j["run_id"] == first[0]["run_id"]:
+            j["status"] = "failed" if first[0]["status"] != "failed" else "completed"
+    shipped = [*again, *second]
+    (work / "a.ndjson").write_text("".join(json.dumps(j) + "\n" for j in first), encoding="utf-8")
+    (work / "b.ndjson").write_text("".join(json.dumps(j) + "\n" for j in shipped), encoding="utf-8")
+    store, reference = Store(work / "s.duckdb"), Store(work / "ref.duckdb")
+    import_journal_files(store, [work / "a.ndjson"])
+    before = _written(store)
+    assert import_journal_files(store, [work / "b.ndjson"]).journals == len({j["run_id"] for j in shipped})
+    ev.ingest_journals(reference, first)
+    ev.ingest_journals(reference, shipped)
+    assert _rows(store) == _rows(reference)
+    after = _written(store)
+    stored = {j["run_id"]: json.dumps(j) for j in first}  # the text each stored run was left with
+    last = {j["run_id"]: json.dumps(j) for j in shipped}  # and the one it is shipped with last
+    for run_id in before:
+        assert (after[run_id] != before[run_id]) == (last.get(run_id, stored[run_id]) != stored[run_id]), (
+            run_id
+        )
+
+
+def test_a_journal_whose_line_the_line_reader_splits_is_imported_again_whole(tmp_path: Path) -> None:
+    """A raw carriage return between a journal's tokens is JSON whitespace but a line break to the line reader:
+    the texts are out of step with the journals, nothing is taken as unchanged, and the batch is written from
+    the JSON reader's objects, twice over."""
+    j = _journal("cr-1")
+    text = json.dumps(j).replace(', "status"', ',\r"status"')
+    (tmp_path / "cr.ndjson").write_text(text + "\n" + json.dumps(_journal("cr-2")) + "\n", encoding="utf-8")
+    store = Store(tmp_path / "s.duckdb")
+    for _ in range(2):
+        assert import_journal_files(store, [tmp_path / "cr.ndjson"]).journals == 2
+        bodies = {
+            r["run_id"]: json.loads(r["body"]) for r in store.query("SELECT run_id, body FROM journals")
+        }
+        assert bodies == {"cr-1": j, "cr-2": _journal("cr-2")}
