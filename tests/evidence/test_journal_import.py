@@ -349,3 +349,37 @@ def test_a_journal_whose_line_the_line_reader_splits_is_imported_again_whole(tmp
             r["run_id"]: json.loads(r["body"]) for r in store.query("SELECT run_id, body FROM journals")
         }
         assert bodies == {"cr-1": j, "cr-2": _journal("cr-2")}
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_journals_piped_in_on_standard_input(packed: bool, tmp_path: Path) -> None:
+    journals = [_journal(f"in-{i}") for i in range(5)]
+    data = "".join(json.dumps(j) + "\n" for j in journals).encode()
+    store = tmp_path / "s.duckdb"
+    res = runner.invoke(
+        app,
+        ["journal", "import", "-", "--store", str(store), "--json"],
+        input=gzip.compress(data) if packed else data,
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["journals"] == 5
+    rows = Store(store).query("SELECT run_id, body FROM journals ORDER BY run_id")
+    assert [json.loads(r["body"]) for r in rows] == journals
+
+
+@pytest.mark.parametrize(
+    ("argv", "data", "fragment"),
+    [
+        (["-"], b"", "-: nothing came on standard input"),
+        (["-", "-"], b"{}", "-: standard input named twice"),
+        (["-"], b'{"run_id": "a"}\n{oops\n', 'file "-"'),
+    ],
+    ids=["empty", "named twice", "bad line"],
+)
+def test_standard_input_mistakes_are_one_line_naming_it(
+    argv: list[str], data: bytes, fragment: str, tmp_path: Path
+) -> None:
+    res = runner.invoke(app, ["journal", "import", *argv, "--store", str(tmp_path / "s.duckdb")], input=data)
+    assert res.exit_code == 2, res.output
+    (line,) = [line for line in res.stderr.splitlines() if line.strip()]
+    assert fragment in line and "fix:" in line and "faultplane-stdin-" not in line, line

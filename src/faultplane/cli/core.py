@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -427,7 +428,8 @@ def journal_import(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="journal files (.json: one journal or a list; .ndjson/.jsonl: one per line) or folders of them",
+            help="journal files (.json: one journal or a list; .ndjson/.jsonl: one per line), folders of them, "
+            "or - for NDJSON on standard input",
             show_default=False,
         ),
     ],
@@ -438,15 +440,28 @@ def journal_import(
 ) -> None:
     """Import journals (from other machines, CI, a backup) into the store, replacing earlier rows of the same runs.
     On DuckDB, NDJSON is read by DuckDB itself (tens of thousands of journals a second). Exit 0, 2 bad input."""
+    import tempfile
+
     from faultplane.services.evidence import EvidenceError
-    from faultplane.services.journal_import import import_journal_files, journal_files
+    from faultplane.services.journal_import import journal_files, spool_stdin
 
     output = chosen(fmt, as_json)
-    try:
-        files = journal_files(paths)
-    except EvidenceError as exc:
-        err_console.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+    with tempfile.TemporaryDirectory(prefix="faultplane-stdin-") as scratch:
+        try:
+            if [str(p) for p in paths].count("-") > 1:
+                raise EvidenceError("-: standard input named twice; fix: name - once")
+            named = [spool_stdin(sys.stdin.buffer, Path(scratch)) if str(p) == "-" else p for p in paths]
+            files = journal_files(named)
+        except EvidenceError as exc:
+            err_console.print(f"[red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        _import_files(files, store, output, quiet, stdin_folder=scratch)
+
+
+def _import_files(files: list[Path], store: str | None, output: str, quiet: bool, stdin_folder: str) -> None:
+    from faultplane.services.evidence import EvidenceError
+    from faultplane.services.journal_import import import_journal_files
+
     st = _use_store(store, read=False)
     # a bar only on a terminal: in a log or a pipe it would leave its last frame as a stray line before the result
     show = output == "text" and not quiet and err_console.is_terminal
@@ -470,7 +485,9 @@ def journal_import(
         with progress:
             result = import_journal_files(st, files, on_progress=advance)
     except EvidenceError as exc:
-        err_console.print(f"[red]error:[/] {exc}", highlight=False)
+        # what came on standard input is `-` to the user, not the scratch file it was copied to
+        message = re.sub(re.escape(stdin_folder) + r"/stdin\.ndjson(\.gz)?", "-", str(exc))
+        err_console.print(f"[red]error:[/] {message}", highlight=False)
         raise typer.Exit(2) from None
     if output == "json":
         typer.echo(json.dumps(result.to_dict()))

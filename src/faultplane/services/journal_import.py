@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 
 from faultplane.services.evidence_figures import EvidenceError
 
-__all__ = ["ImportResult", "import_journal_files", "journal_files"]
+__all__ = ["ImportResult", "import_journal_files", "journal_files", "spool_stdin"]
 
 # gzip'ed NDJSON as fleets ship it: DuckDB's readers and Python's gzip read it as it is
 NDJSON_SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
@@ -59,6 +60,19 @@ class ImportResult:
             "store": self.store,
             "ingest_path": self.path,
         }
+
+
+def spool_stdin(stream: Any, folder: Path) -> Path:
+    """NDJSON journals piped in (`journal import -`), plain or gzip'ed, copied to a file in `folder` that the
+    readers take like any other: DuckDB's reader needs a file it can read twice."""
+    head = stream.read(2)
+    if not head:
+        raise EvidenceError("-: nothing came on standard input; fix: pipe NDJSON journals in, one per line")
+    path = folder / ("stdin.ndjson.gz" if head == b"\x1f\x8b" else "stdin.ndjson")
+    with path.open("wb") as out:
+        out.write(head)
+        shutil.copyfileobj(stream, out, 1024 * 1024)
+    return path
 
 
 def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
