@@ -267,7 +267,7 @@ def test_a_batch_of_gzip_files_is_measured_by_its_text_not_its_compressed_size(t
     assert compressed * 3 < text  # one batch by compressed size, three by text
     batches: list[int] = []
     store = Store(tmp_path / "s.duckdb")
-    n = ingest_ndjson(store, files, batch_bytes=text + 1, on_batch=lambda j, _b: batches.append(j))
+    n = ingest_ndjson(store, files, batch_bytes=text + 1, on_batch=lambda j, _files: batches.append(j))
     assert n == 120 and batches == [40, 40, 40]
 
 
@@ -383,3 +383,23 @@ def test_standard_input_mistakes_are_one_line_naming_it(
     assert res.exit_code == 2, res.output
     (line,) = [line for line in res.stderr.splitlines() if line.strip()]
     assert fragment in line and "fix:" in line and "faultplane-stdin-" not in line, line
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "chdb"])
+def test_progress_tells_every_journal_and_the_bytes_of_the_files_given(
+    engine: str, tmp_path: Path, chdb_dir: Path
+) -> None:
+    """A bar fills to the files' own size: .json files rewritten as compact NDJSON on the bulk path count for
+    what they weigh on disk, not for their scratch copy."""
+    folder = tmp_path / "in"
+    _write_mixed(folder, [_journal(f"p-{i}") for i in range(9)])
+    files = [f for f in folder.iterdir() if f.is_file()]
+    told: list[tuple[int, int]] = []
+    store = Store(tmp_path / "s.duckdb") if engine == "duckdb" else chdb_store(chdb_dir)
+    try:
+        result = import_journal_files(store, [folder], on_progress=lambda j, b: told.append((j, b)))
+    finally:
+        if engine == "chdb":
+            store.execute(f"DROP DATABASE IF EXISTS {store.database}")
+    assert sum(j for j, _ in told) == result.journals == 9
+    assert sum(b for _, b in told) == result.bytes == sum(f.stat().st_size for f in files)

@@ -329,7 +329,7 @@ def ingest_ndjson(
     *,
     max_object_bytes: int = 64 * 1024 * 1024,
     batch_bytes: int = _BATCH_BYTES,
-    on_batch: Callable[[int, int], None] | None = None,
+    on_batch: Callable[[int, list[str]], None] | None = None,
 ) -> int:
     """Write every journal in `files` (one JSON journal per line) to a DuckDB store, replacing earlier rows of the
     same runs; returns the number of journals written.
@@ -337,7 +337,7 @@ def ingest_ndjson(
     Files are taken in consecutive batches of about `batch_bytes` (the parsed journals of a batch are held in
     memory), each batch one transaction: a batch that fails leaves nothing of itself, and the batches before it
     written. Within a batch, and from one batch to the next, a run written twice keeps its last journal.
-    `on_batch(journals, file_bytes)` is called after each batch is committed (for progress).
+    `on_batch(journals, files)` is called after each batch is committed, with the batch's files (for progress).
     """
     if getattr(store, "dialect", "duckdb") != "duckdb":
         raise EvidenceError(
@@ -366,7 +366,7 @@ def ingest_ndjson(
             n = _ingest_batch(con, group, max_object_bytes)
             total += n
             if on_batch is not None:
-                on_batch(n, sum(Path(p).stat().st_size for p in group))
+                on_batch(n, group)
         return total
 
 

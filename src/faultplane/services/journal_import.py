@@ -189,18 +189,23 @@ def _python_ingest(store: Any, files: list[Path], on_progress: Callable[[int, in
     return ingest_journals(store, journals())
 
 
-def _bulk_ingest(store: Any, files: list[Path], on_batch: Callable[[int, int], None] | None) -> int:
+def _bulk_ingest(store: Any, files: list[Path], on_progress: Callable[[int, int], None] | None) -> int:
     """NDJSON files as they are; each run of consecutive .json files as one scratch NDJSON file in their place,
-    so the order of the files (which journal of a run is kept) is the order given."""
+    so the order of the files (which journal of a run is kept) is the order given. Progress is told in the bytes
+    of the files given (a scratch file weighs what the .json files written into it do)."""
     from faultplane.services.evidence_bulk import ingest_ndjson
 
     with tempfile.TemporaryDirectory(prefix="faultplane-import-") as scratch:
         ordered: list[Path] = []
+        weight: dict[
+            str, int
+        ] = {}  # each file ingest_ndjson reads -> the bytes of the given files it stands for
         current: Path | None = None  # the scratch file the .json files since the last NDJSON file go to
         for path in files:
             if _is_ndjson(path):
                 current = None
                 ordered.append(path)
+                weight[str(path)] = weight.get(str(path), 0) + path.stat().st_size
                 continue
             if current is None:
                 current = Path(scratch) / f"{len(ordered):06d}.ndjson"
@@ -209,7 +214,13 @@ def _bulk_ingest(store: Any, files: list[Path], on_batch: Callable[[int, int], N
                 for j in _json_file_journals(path):
                     # compact, and without a raw line break (json.dumps escapes them inside strings)
                     out.write(json.dumps(j, ensure_ascii=False, separators=(",", ":")) + "\n")
-        return ingest_ndjson(store, ordered, on_batch=on_batch)
+            weight[str(current)] = weight.get(str(current), 0) + path.stat().st_size
+
+        def batch_done(journals: int, batch: list[str]) -> None:
+            if on_progress is not None:
+                on_progress(journals, sum(weight.pop(p, 0) for p in batch))
+
+        return ingest_ndjson(store, ordered, on_batch=batch_done)
 
 
 def import_journal_files(
