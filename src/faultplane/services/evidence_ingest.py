@@ -66,34 +66,33 @@ def ingest_journals(store: Any, journals: Iterable[Any], batch: int = 5_000) -> 
 
     from pydantic_core import to_json
 
-    def flush() -> None:
-        nonlocal pending
+    def flush(batch: list[dict[str, Any]]) -> int:
+        """Write one batch; returns the runs written."""
         # one row per run in a batch: two rows of one run_id broke DuckDB's primary key mid-transaction
-        pending = list({j.get("run_id") or id(j): j for j in pending}.values())
+        latest = list({j.get("run_id") or id(j): j for j in batch}.values())
         tables: dict[str, list[dict[str, Any]]] = {
             "runs": [],
             "activities": [],
             "journals": [],
             "run_metrics": [],
         }
-        for j in pending:
+        for j in latest:
             # pydantic-core's encoder: json.dumps of the whole journal was a third of a ClickHouse ingest
             body = to_json(j, fallback=str, inf_nan_mode="constants").decode()
             for table, rows in journal_rows(j, body=body).items():
                 if table in tables:  # bulk-imported journals earn no stage: `exposures` is the engine's own
                     tables[table] += rows
             tables["run_metrics"].append(run_metrics_row(j))
-        _replace_rows(store, tables, keys=[j["run_id"] for j in pending])
+        _replace_rows(store, tables, keys=[j["run_id"] for j in latest])
+        return len(latest)
 
     for journal in journals:
         pending.append(_as_dict(journal))
         if len(pending) >= batch:
-            flush()
-            total += len(pending)
+            total += flush(pending)
             pending = []
     if pending:
-        flush()
-        total += len(pending)
+        total += flush(pending)
     return total
 
 
