@@ -22,6 +22,7 @@ from faultplane.cli.term import Console, Table, print_issues, timestamp
 if TYPE_CHECKING:
     from faultplane.core.formats import ExperimentError
     from faultplane.core.store import Store
+    from faultplane.services.journal_import import ImportResult
 
 console = Console()
 err_console = Console(stderr=True)
@@ -451,44 +452,13 @@ def journal_import(
             if [str(p) for p in paths].count("-") > 1:
                 raise EvidenceError("-: standard input named twice; fix: name - once")
             named = [spool_stdin(sys.stdin.buffer, Path(scratch)) if str(p) == "-" else p for p in paths]
-            files = journal_files(named)
+            # the files before the store: a typo in a path is told without creating a store
+            result = _import_files(journal_files(named), store, show=output == "text" and not quiet)
         except EvidenceError as exc:
-            err_console.print(f"[red]error:[/] {exc}", highlight=False)
+            # what came on standard input is `-` to the user, not the scratch file it was copied to
+            message = re.sub(re.escape(scratch) + r"/stdin\.ndjson(\.gz)?", "-", str(exc))
+            err_console.print(f"[red]error:[/] {message}", highlight=False)
             raise typer.Exit(2) from None
-        _import_files(files, store, output, quiet, stdin_folder=scratch)
-
-
-def _import_files(files: list[Path], store: str | None, output: str, quiet: bool, stdin_folder: str) -> None:
-    from faultplane.services.evidence import EvidenceError
-    from faultplane.services.journal_import import import_journal_files
-
-    st = _use_store(store, read=False)
-    # a bar only on a terminal: in a log or a pipe it would leave its last frame as a stray line before the result
-    show = output == "text" and not quiet and err_console.is_terminal
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(
-        TextColumn("[bold]import[/] {task.fields[journals]:,} journals"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeElapsedColumn(),
-        console=err_console.real(),  # type: ignore[attr-defined]  # rich needs the console itself, not its lazy stand-in
-        disable=not show,
-    )
-    task = progress.add_task("import", total=sum(f.stat().st_size for f in files), journals=0)
-
-    def advance(journals: int, size: int) -> None:
-        done = progress.tasks[0].fields["journals"] + journals
-        progress.update(task, advance=size, journals=done)
-
-    try:
-        with progress:
-            result = import_journal_files(st, files, on_progress=advance)
-    except EvidenceError as exc:
-        # what came on standard input is `-` to the user, not the scratch file it was copied to
-        message = re.sub(re.escape(stdin_folder) + r"/stdin\.ndjson(\.gz)?", "-", str(exc))
-        err_console.print(f"[red]error:[/] {message}", highlight=False)
-        raise typer.Exit(2) from None
     if output == "json":
         typer.echo(json.dumps(result.to_dict()))
     elif not quiet:
@@ -498,6 +468,32 @@ def _import_files(files: list[Path], store: str | None, output: str, quiet: bool
             f"imported {result.journals:,} journal{plural} from {result.files:,} file(s) into {result.store} "
             f"in {result.seconds:.2f} s ({result.per_second:,.0f} journals/s)"
         )
+
+
+def _import_files(files: list[Path], store: str | None, *, show: bool) -> ImportResult:
+    """The import with a progress bar when `show` and stderr is a terminal (in a log or a pipe the bar would
+    leave its last frame as a stray line before the result); its ImportResult."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from faultplane.services.journal_import import import_journal_files
+
+    st = _use_store(store, read=False)
+    progress = Progress(
+        TextColumn("[bold]import[/] {task.fields[journals]:,} journals"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        console=err_console.real(),  # type: ignore[attr-defined]  # rich needs the console itself, not its lazy stand-in
+        disable=not (show and err_console.is_terminal),
+    )
+    task = progress.add_task("import", total=sum(f.stat().st_size for f in files), journals=0)
+
+    def advance(journals: int, size: int) -> None:
+        done = progress.tasks[0].fields["journals"] + journals
+        progress.update(task, advance=size, journals=done)
+
+    with progress:
+        return import_journal_files(st, files, on_progress=advance)
 
 
 @runs_app.command("list")
