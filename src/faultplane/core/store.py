@@ -98,6 +98,31 @@ def default_store_path() -> Path:
     return file_from_env("FAULTPLANE_STORE", "data", "faultplane.duckdb")
 
 
+# Rows per row group of the tables this process writes (DuckDB's default: 122,880). A transaction writes its new
+# rows straight to the file, compressed as they come and on all cores, only once it holds a whole row group of a
+# table; below that, COMMIT writes them to the WAL, uncompressed, and a checkpoint compresses them again on one
+# core. 100k journals (~470 MB of text) in one bulk ingest: ~2 s of COMMIT and checkpoint with the default, ~0.2 s
+# with these. Not kept in the file: each open sets it, and row groups written before keep their size.
+_ROW_GROUP_ROWS = 16_384
+
+
+def _attach(path: Path, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A connection whose default database is the store file: attached (the row group size is an ATTACH option)
+    to an empty in-memory database, as `store`, so unqualified names and `main.` mean the store's tables."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        literal = str(path).replace("'", "''")
+        options = f"ROW_GROUP_SIZE {_ROW_GROUP_ROWS}" + (", READ_ONLY" if read_only else "")
+        con.execute(f"ATTACH '{literal}' AS store ({options})")
+        con.execute("USE store")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -197,7 +222,7 @@ class Store(JournalStore):
         while True:
             try:
                 existed = self.path.exists()
-                con = duckdb.connect(str(self.path), read_only=read_only)
+                con = _attach(self.path, read_only=read_only)
                 if not existed:
                     self._created()
                 return con
