@@ -18,6 +18,7 @@ from test_same_answers import journal
 
 from faultplane.core.store import Store
 from faultplane.services import evidence as ev
+from faultplane.services import evidence_bulk
 from faultplane.services.evidence_bulk import ingest_ndjson
 
 FAULTS = ("latency", "error", "timeout", "resource_exhaustion", "network_partition", "bogus", None)
@@ -222,3 +223,125 @@ def test_bulk_ingest_puts_the_storage_setting_back(j: dict[str, Any], tmp_path: 
         with store.connect() as con:
             assert con.execute(SETTINGS).fetchone() == before
     assert store.query("SELECT count(*) AS n FROM journals")[0]["n"] == 1
+
+
+# How a file of three journals (a, b, c) is written, and whether each line can be stored under the run id its own
+# text names (the parallel path) or the lines must be paired with the journals in order. Every way stores each
+# journal's whole text under its run, as the Python path does.
+def _with_note(j: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """`j` with a nested object whose first key is a run_id (another journal's, or none in the batch)."""
+    return {**j, "note": {"run_id": run_id, "why": "copied from a neighbour"}}
+
+
+def _cut_before_note(doc: dict[str, Any]) -> str:
+    """`doc` on one line but for a carriage return (valid JSON whitespace) right before its note: the line reader
+    sees a fragment that ends mid-object and one that begins with {"run_id": …}."""
+    text = json.dumps(doc)
+    cut = text.replace('"note": {', '"note":\r{', 1)
+    assert cut != text
+    return cut
+
+
+LAYOUTS: dict[str, tuple[Callable[[list[dict[str, Any]]], tuple[list[dict[str, Any]], str]], bool]] = {
+    "as the engine writes them": (lambda js: (js, "".join(json.dumps(j) + "\n" for j in js)), True),
+    "compact separators": (
+        lambda js: (js, "".join(json.dumps(j, separators=(",", ":")) + "\n" for j in js)),
+        True,
+    ),
+    "run_id the last key": (
+        lambda js: (
+            js,
+            "".join(
+                json.dumps({**{k: v for k, v in j.items() if k != "run_id"}, "run_id": j["run_id"]}) + "\n"
+                for j in js
+            ),
+        ),
+        True,
+    ),
+    "indented lines": (lambda js: (js, "".join("  \t" + json.dumps(j) + "\n" for j in js)), True),
+    "run ids with escapes": (
+        lambda js: (
+            (moved := [{**j, "run_id": f'q"u\\o-é-\u2028-{i}'} for i, j in enumerate(js)]),
+            "".join(json.dumps(j) + "\n" for j in moved),
+        ),
+        True,
+    ),
+    "cut before a neighbour's run id": (
+        lambda js: (
+            (noted := [js[0], _with_note(js[1], js[0]["run_id"]), js[2]]),
+            json.dumps(noted[0]) + "\n" + _cut_before_note(noted[1]) + "\n" + json.dumps(noted[2]) + "\n",
+        ),
+        False,
+    ),
+    "cut before an unknown run id": (
+        lambda js: (
+            (noted := [js[0], js[1], _with_note(js[2], "not-in-this-batch")]),
+            json.dumps(noted[0]) + "\n" + json.dumps(noted[1]) + "\n" + _cut_before_note(noted[2]) + "\n",
+        ),
+        False,
+    ),
+}
+_WRITE_BATCH = evidence_bulk._write_batch
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=journal(0), b=journal(1), c=journal(2))
+def test_each_text_is_stored_under_its_own_run_on_all_cores_or_paired_in_order(
+    layout: str, a: dict[str, Any], b: dict[str, Any], c: dict[str, Any], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Lines that hold one journal each are stored by the run id they name (first key or not, escaped or not),
+    without pairing; a journal cut in two by the line reader, its second half beginning with a run id (a
+    neighbour's, or one the batch lacks), is caught and the batch written by the pairing reader: no text stored
+    cut short or under another run."""
+    write, parallel = LAYOUTS[layout]
+    journals, text = write([a, b, c])
+    tried: list[tuple[str, bool]] = []
+
+    def spy(con: Any, paths: list[str], max_object_bytes: int, reader: str, n: int) -> None:
+        try:
+            _WRITE_BATCH(con, paths, max_object_bytes, reader, n)
+        except Exception:
+            tried.append((reader, False))
+            raise
+        tried.append((reader, True))
+
+    monkeypatch.setattr(evidence_bulk, "_write_batch", spy)
+    name = uuid.uuid4().hex
+    python, bulk = Store(tmp_path / f"{name}-py.duckdb"), Store(tmp_path / f"{name}-bulk.duckdb")
+    ev.ingest_journals(python, journals)
+    (tmp_path / f"{name}.ndjson").write_text(text, encoding="utf-8", newline="")
+    assert ingest_ndjson(bulk, [tmp_path / f"{name}.ndjson"]) == 3
+    for table, cols in TABLES.items():
+        assert _rows(python, table, cols) == _rows(bulk, table, cols), table
+    if parallel:
+        assert tried == [("own ids", True)]
+    else:
+        assert tried[0] == ("own ids", False) and tried[-1][1] and tried[-1][0] != "own ids", tried
+
+
+@one_journal
+def test_a_batch_with_a_run_twice_or_stored_already_is_paired_in_order(
+    j: dict[str, Any], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Where some journal of the batch is not written (a run read twice keeps its last; a journal stored already
+    word for word is left), the texts are paired with the journals kept, in order: the last one wins."""
+    tried: list[str] = []
+
+    def spy(con: Any, paths: list[str], max_object_bytes: int, reader: str, n: int) -> None:
+        tried.append(reader)
+        _WRITE_BATCH(con, paths, max_object_bytes, reader, n)
+
+    monkeypatch.setattr(evidence_bulk, "_write_batch", spy)
+    store = _fresh_store(tmp_path)
+    twice = _ndjson(tmp_path / "twice.ndjson", {**j, "status": "failed"}, j)
+    assert ingest_ndjson(store, [twice]) == 1
+    assert tried == ["lines"]
+    assert json.loads(store.query("SELECT body FROM journals")[0]["body"]) == j
+    tried.clear()
+    other = {**j, "run_id": j["run_id"] + "-2"}
+    again = _ndjson(tmp_path / "again.ndjson", j, other)
+    assert ingest_ndjson(store, [again]) == 2
+    assert tried == ["lines"]
+    bodies = {r["run_id"]: json.loads(r["body"]) for r in store.query("SELECT run_id, body FROM journals")}
+    assert bodies == {j["run_id"]: j, other["run_id"]: other}

@@ -8,7 +8,8 @@ changes, this changes with it.
 
 Each journal is parsed once, by `read_json` with the typed structure below (the activity lists become lists of
 structs, so no field is extracted from JSON text twice); its text comes from the same files read again as lines
-(`read_csv`, or `read_ndjson_objects` where those do not pair up), paired line for line (POSITIONAL JOIN).
+(`read_csv`), each stored under the run id it names where every journal read is written, else paired line for line
+(POSITIONAL JOIN; `read_ndjson_objects` where the lines do not pair up).
 Fields whose JSON type decides the row (truthiness in Python, objects read only when they are objects) stay JSON.
 """
 
@@ -172,6 +173,20 @@ POSITIONAL JOIN (SELECT rid, keep FROM _fp_raw) r
 WHERE r.keep IS DISTINCT FROM false
 """
 
+# Where the batch keeps every journal it read (no run twice, none stored already word for word: the common case),
+# each line is stored under the run_id its own text names, read from its start when the text begins with it (as
+# journals are written), else parsed: no pairing by position, so the insert runs on all cores, compressing the
+# texts as it goes (~0.9 -> ~0.5 s per 100k journals). It is kept only when it stored exactly one line per journal
+# of the batch, under the batch's run ids: a journal the line reader split, or two on one line, add or remove a
+# line and fail that; a fragment that is no JSON fails to parse. Otherwise the pairing readers above store it.
+_LEADING_RUN_ID = r'^[{]\s*"run_id"\s*:\s*"([^"\\]*)"'
+_JOURNALS_BY_OWN_ID = f"""
+INSERT INTO journals (run_id, written_at, body)
+SELECT coalesce(nullif(regexp_extract(body, '{_LEADING_RUN_ID}', 1), ''), body ->> 'run_id'), now(), body
+FROM {_BODY_READERS["lines"]}
+"""
+_STORED_OF_BATCH = "SELECT count(*) FROM journals WHERE run_id IN (SELECT rid FROM _fp_src)"
+
 _FAULT_TYPES_SQL = "[" + ", ".join(f"'{t}'" for t in FAULT_TYPES) + "]"
 
 # fault_types: per action of the method, its candidates in Python's order (arguments, output, names in the
@@ -272,12 +287,11 @@ FROM m
 """
 
 
-# DuckDB writes a transaction's new rows of a table straight to the file, compressed as they come, when the table
-# was empty or gets at least one row group (122,880 rows) of them; below that, COMMIT appends them to the table row by
-# row, copying every journal text once more, and compresses them then. Batches of ~1 GiB hold that many journals of up
-# to ~8 KiB: 130k journals into a store holding 50k went from ~12,800 to ~17,800 per CPU-second, and bench_store's
-# 100k (two batches of 256 MiB before) from ~15,900 to ~17,500 (~2 GB peak memory for 750 MB of NDJSON in one batch,
-# against ~1.2 GB in batches of 256 MiB).
+# A batch's whole row groups of a table (16,384 rows, core.store._ROW_GROUP_ROWS) go to the file as the insert runs,
+# compressed on all cores; the rest goes to the WAL at COMMIT, and a checkpoint compresses it then, merging the
+# batch's last partial row group with its neighbours (their journal texts decompressed and compressed again). So
+# batches are large: 100k bench journals took ~2.8 s in one batch of 1 GiB, and ~5.8 s in batches of 128 MiB (~2.1 s
+# of it in the checkpoint when the store closed); peak memory ~0.9 GB for the ~450 MB of NDJSON in one batch.
 _BATCH_BYTES = 1024 * 1024 * 1024
 _BLOCK_MEMORY = "512MiB"
 
@@ -391,11 +405,13 @@ def _ingest_batch(con: Any, paths: list[str], max_object_bytes: int) -> int:
                 f"files: {bad} line(s) are not journals (a JSON object with a run_id); fix: one journal per line"
             )
         con.execute(_DEDUPE)
-        n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
+        n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]  # written, or left as stored already
         _keep_unchanged(con, paths, max_object_bytes)
-        for reader in _BODY_READERS:
+        kept = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
+        all_kept = kept == con.execute("SELECT count(*) FROM _fp_raw").fetchone()[0]
+        for reader in ("own ids", *_BODY_READERS) if all_kept else _BODY_READERS:
             try:
-                _write_batch(con, paths, max_object_bytes, reader)
+                _write_batch(con, paths, max_object_bytes, reader, kept)
                 break
             except duckdb.Error as exc:
                 if reader == "objects":
@@ -448,11 +464,12 @@ def _keep_unchanged(con: Any, paths: list[str], max_object_bytes: int) -> None:
         con.execute("DROP TABLE IF EXISTS _fp_same")
 
 
-def _write_batch(con: Any, paths: list[str], max_object_bytes: int, reader: str) -> None:
-    """The transaction: earlier rows of the batch's runs deleted, the four tables' rows inserted."""
-    # The COMMIT checkpoints the new rows, and journal bodies are most of them: ZSTD there took ~0.8 of
-    # ~2.9 CPU-s off 20k journals and stored them in ~12 MB instead of ~43 MB (DICT_FSST). The setting is
-    # the database's, so it is put back right after; numeric columns keep their own encodings.
+def _write_batch(con: Any, paths: list[str], max_object_bytes: int, reader: str, n: int) -> None:
+    """The transaction: earlier rows of the batch's runs deleted, the four tables' rows inserted (the `n` kept
+    journals' texts read by `reader`: "own ids" or one of _BODY_READERS)."""
+    # Journal bodies are most of the new rows, compressed as they are written: with ZSTD 100k bench journals took
+    # 4.4 CPU-s and 60 MB, with DuckDB's own choice (DICT_FSST) 8.1 CPU-s and 216 MB. The setting is the
+    # database's, so it is put back right after; numeric columns keep their own encodings.
     zstd = _try(con, "SET force_compression = 'zstd'")
     unordered = False
     try:
@@ -460,15 +477,20 @@ def _write_batch(con: Any, paths: list[str], max_object_bytes: int, reader: str)
         try:
             for table in ("runs", "activities", "journals", "run_metrics"):
                 con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT rid FROM _fp_src)")
-            # the journals first, in insertion order: their POSITIONAL JOIN pairs lines in order
-            con.execute(
-                _JOURNALS.format(reader=_BODY_READERS[reader]), {"files": paths, "max_size": max_object_bytes}
-            )
+            files = {"files": paths, "max_size": max_object_bytes}
+            if reader == "own ids":
+                unordered = _try(con, "SET preserve_insertion_order = false")
+                stored = con.execute(_JOURNALS_BY_OWN_ID, files).fetchone()[0]
+                if stored != n or con.execute(_STORED_OF_BATCH).fetchone()[0] != n:
+                    con.execute(f"SELECT error('{_OUT_OF_STEP}: {stored} lines for {n} journals')")
+            else:
+                # the journals first, in insertion order: their POSITIONAL JOIN pairs lines in order
+                con.execute(_JOURNALS.format(reader=_BODY_READERS[reader]), files)
             # The other rows are keyed (run id, seq) and nothing reads them in table order: without insertion order
             # DuckDB runs the activities' four unnests and parts of run_metrics on both cores (100k journals: ~5%
             # less wall time, CPU the same, the store ~4% bigger as rows of different runs interleave). Put back
             # after the transaction ends (an aborted one refuses even a RESET): the parse relies on that order.
-            unordered = _try(con, "SET preserve_insertion_order = false")
+            unordered = unordered or _try(con, "SET preserve_insertion_order = false")
             con.execute(_RUNS)
             con.execute(_ACTIVITIES)
             con.execute(_METRICS)
