@@ -106,16 +106,15 @@ def default_store_path() -> Path:
 _ROW_GROUP_ROWS = 16_384
 
 
-def _attach(path: Path, *, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """A connection whose default database is the store file: attached (the row group size is an ATTACH option)
-    to an empty in-memory database, as `store`, so unqualified names and `main.` mean the store's tables."""
+def _attach(path: Path) -> duckdb.DuckDBPyConnection:
+    """A read-write connection whose default database is the store file: attached (the row group size is an ATTACH
+    option) to an empty in-memory database, as `store`, so unqualified names and `main.` mean the store's tables."""
     import duckdb
 
     con = duckdb.connect()
     try:
         literal = str(path).replace("'", "''")
-        options = f"ROW_GROUP_SIZE {_ROW_GROUP_ROWS}" + (", READ_ONLY" if read_only else "")
-        con.execute(f"ATTACH '{literal}' AS store ({options})")
+        con.execute(f"ATTACH '{literal}' AS store (ROW_GROUP_SIZE {_ROW_GROUP_ROWS})")
         con.execute("USE store")
     except BaseException:
         con.close()
@@ -222,7 +221,8 @@ class Store(JournalStore):
         while True:
             try:
                 existed = self.path.exists()
-                con = _attach(self.path, read_only=read_only)
+                # read-only opens are whole read-only instances (analyze's sandbox relies on it) and write no rows
+                con = duckdb.connect(str(self.path), read_only=True) if read_only else _attach(self.path)
                 if not existed:
                     self._created()
                 return con
