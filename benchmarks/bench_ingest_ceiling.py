@@ -5,8 +5,8 @@
 - no journal rows at all: the runs, activities and run_metrics rows alone, the ceiling of this design;
 - as shipped on one DuckDB thread: how the ingest scales with cores (the parse runs on all of them).
 
-The last two are measurement variants of `evidence_bulk` (its journals statement replaced in this process only),
-not something a store can be asked for. Journals as in bench_store.py (three real runs cloned into N runs).
+The last three are measurement variants of `evidence_bulk` (its journals statements or thread count replaced in
+this process only), not something a store can be asked for. Journals as in bench_store.py (three real runs cloned into N runs).
 
     python benchmarks/bench_ingest_ceiling.py [N_JOURNALS] [ROUNDS]     (default 100000, 2: best of 2 per variant)
 """
@@ -33,15 +33,21 @@ def main() -> int:
     from faultplane.services import evidence as ev
     from faultplane.services import evidence_bulk as bulk
 
-    shipped, macros = bulk._JOURNALS, bulk._MACROS
-    # (journals statement, DuckDB threads): one thread shows how the shipped ingest scales with cores
+    # each variant: the statements writing the journal texts (stored by their own run ids; paired in order) and
+    # the DuckDB thread count (one thread shows how the shipped ingest scales with cores)
+    shipped = (bulk._JOURNALS_BY_OWN_ID, bulk._STORED_OF_BATCH, bulk._JOURNALS)
+    macros = bulk._MACROS
+    no_rows = "SELECT count(*) FROM _fp_src WHERE $files IS NOT NULL AND $max_size > 0"
     variants = {
         "as shipped (journal text stored)": (shipped, None),
         "as shipped, one DuckDB thread": (shipped, 1),
-        "journal rows without text": (shipped.replace("THEN o.body", "THEN NULL"), None),
-        "no journal rows": ("SELECT 1 WHERE $files IS NOT NULL AND $max_size > 0", None),
+        "journal rows without text": (
+            (shipped[0].replace("now(), body\nFROM", "now(), NULL\nFROM"), shipped[1], shipped[2]),
+            None,
+        ),
+        "no journal rows": ((no_rows, "SELECT count(*) FROM _fp_src", no_rows), None),
     }
-    assert variants["journal rows without text"][0] != shipped
+    assert variants["journal rows without text"][0][0] != shipped[0]
     work = Path(tempfile.mkdtemp(prefix="fp-bench-ceiling-"))
     try:
         files = bench_store.write_ndjson(
@@ -50,8 +56,8 @@ def main() -> int:
         load = os.getloadavg()[0]
         results: dict[str, tuple[float, float, float]] = {}
         for r in range(ROUNDS):
-            for v, (name, (statement, threads)) in enumerate(variants.items()):
-                bulk._JOURNALS = statement
+            for v, (name, (statements, threads)) in enumerate(variants.items()):
+                bulk._JOURNALS_BY_OWN_ID, bulk._STORED_OF_BATCH, bulk._JOURNALS = statements
                 # the ingest runs its setup statements on its own connection first: the thread count goes there
                 bulk._MACROS = macros + ([f"SET threads = {threads}"] if threads else [])
                 path = work / f"s{r}-{v}.duckdb"  # a fresh file each time: the store remembers migrated paths
@@ -64,7 +70,7 @@ def main() -> int:
                 if name not in results or wall < results[name][0]:
                     results[name] = (wall, cpu, mb)
                 path.unlink()
-        bulk._JOURNALS, bulk._MACROS = shipped, macros
+        (bulk._JOURNALS_BY_OWN_ID, bulk._STORED_OF_BATCH, bulk._JOURNALS), bulk._MACROS = shipped, macros
         print(
             f"{N} journals, best of {ROUNDS}; load average {load:.1f} on {os.cpu_count()} CPUs at the start"
         )
