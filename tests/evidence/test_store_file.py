@@ -70,3 +70,25 @@ def test_a_store_written_with_duckdbs_own_row_groups_opens_and_grows(tmp_path: P
         assert groups[0] == 122_880
         assert max(groups[2:]) == store_module._ROW_GROUP_ROWS  # the new rows: whole row groups of that size
         assert con.execute("SELECT count(DISTINCT subject) FROM audit").fetchone() == (130_000,)
+
+
+def test_a_query_too_big_for_memory_spills_next_to_the_store_not_into_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's connection is an in-memory database with the file attached, whose own spill folder would be
+    ./.tmp wherever the user stands; it is the file's, as when DuckDB opens the file itself."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    path = tmp_path / "s.duckdb"
+    with Store(path).connect() as con:
+        con.execute("SET memory_limit = '30MB'")
+        con.execute("SET threads = 1")
+        con.execute(
+            "CREATE TEMP TABLE big AS SELECT (i * 7919 % 1000003)::VARCHAR || repeat('x', 50) AS v "
+            "FROM range(2000000) t(i)"
+        )
+        assert con.execute("SELECT count(*) FROM (SELECT v FROM big ORDER BY v)").fetchone() == (2_000_000,)
+        spilled = list((tmp_path / "s.duckdb.tmp").iterdir())
+        assert any(p.name.startswith("duckdb_temp") for p in spilled), spilled
+    assert list(cwd.iterdir()) == []

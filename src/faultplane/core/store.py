@@ -111,7 +111,8 @@ def _attach(path: Path) -> duckdb.DuckDBPyConnection:
     option) to an empty in-memory database, as `store`, so unqualified names and `main.` mean the store's tables."""
     import duckdb
 
-    con = duckdb.connect()
+    # where DuckDB spills: next to the file, as for a file opened directly (an in-memory database's is ./.tmp)
+    con = duckdb.connect(config={"temp_directory": f"{path}.tmp"})
     try:
         literal = str(path).replace("'", "''")
         con.execute(f"ATTACH '{literal}' AS store (ROW_GROUP_SIZE {_ROW_GROUP_ROWS})")
