@@ -29,12 +29,16 @@ def _row_groups(con: duckdb.DuckDBPyConnection, table: str) -> list[int]:
         'q"uote; DROP TABLE runs; --.duckdb',
         "snow ☃ \u2028 store.duckdb",
         "' AS x (READ_ONLY",
+        "md:motherduck.duckdb",
+        "sqlite:evidence.db",
     ],
 )
-def test_a_store_at_any_path_is_that_file(tmp_path: Path, name: str) -> None:
-    """Quotes, SQL, Unicode in the path: the store is the file named, written and read back, read-only too."""
+def test_a_store_at_any_path_is_that_file(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Quotes, SQL, Unicode in the path, a name DuckDB would read as an extension's prefix: the store is the file
+    named (relative to the working directory), written and read back, read-only too."""
+    monkeypatch.chdir(tmp_path)
+    store = Store(name)
     path = tmp_path / name
-    store = Store(path)
     store.execute(AUDIT, [3])
     assert path.is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".pending")) == [name]

@@ -222,8 +222,11 @@ class Store(JournalStore):
         while True:
             try:
                 existed = self.path.exists()
-                # read-only opens are whole read-only instances (analyze's sandbox relies on it) and write no rows
-                con = duckdb.connect(str(self.path), read_only=True) if read_only else _attach(self.path)
+                # read-only opens are whole read-only instances (analyze's sandbox relies on it) and write no rows.
+                # The path absolute: DuckDB reads "md:…", "sqlite:…" or "s3:…" at its start as a request for an
+                # extension (downloaded if missing), where the user named a file
+                where = self.path.absolute()
+                con = duckdb.connect(str(where), read_only=True) if read_only else _attach(where)
                 if not existed:
                     self._created()
                 return con
