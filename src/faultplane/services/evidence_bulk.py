@@ -396,8 +396,9 @@ def _ingest_batch(con: Any, paths: list[str], max_object_bytes: int) -> int:
         ) from None
     con.execute(_SOURCE_VIEW)
     try:
-        n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
-        if not n:
+        # every journal read (all kept so far): the texts go by their own run ids if all are still kept below
+        read = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
+        if not read:
             return 0
         bad = con.execute("SELECT count(*) FROM _fp_src WHERE rid IS NULL").fetchone()[0]
         if bad:
@@ -408,8 +409,7 @@ def _ingest_batch(con: Any, paths: list[str], max_object_bytes: int) -> int:
         n = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]  # written, or left as stored already
         _keep_unchanged(con, paths, max_object_bytes)
         kept = con.execute("SELECT count(*) FROM _fp_src").fetchone()[0]
-        all_kept = kept == con.execute("SELECT count(*) FROM _fp_raw").fetchone()[0]
-        for reader in ("own ids", *_BODY_READERS) if all_kept else _BODY_READERS:
+        for reader in ("own ids", *_BODY_READERS) if kept == read else _BODY_READERS:
             try:
                 _write_batch(con, paths, max_object_bytes, reader, kept)
                 break
