@@ -179,6 +179,28 @@ def _global_controls(settings: Path | None, control_files: list[Path] | None) ->
     return load_global_controls(settings, control_files or [], default_settings=True)
 
 
+def _experiment_options(
+    var: list[str] | None,
+    var_file: list[Path] | None,
+    policy: Path | None,
+    runtime: dict[str, Any],
+    ctk_compat: bool,
+    settings: Path | None,
+    control_file: list[Path] | None,
+) -> dict[str, Any]:
+    """The keyword arguments `validate_experiment` and `run_experiment` both take, from the options `validate`
+    and `run` share, so that a run is checked exactly as `validate` checks it. Raises ExperimentError for
+    unusable variables or controls."""
+    return {
+        "variables": _variables(var, var_file),
+        "policy_path": policy,
+        "runtime": runtime,
+        "ctk_compat": ctk_compat or None,
+        "strict_variables": _var_names(var),
+        "global_controls": _global_controls(settings, control_file),
+    }
+
+
 def _print_issues(exc: ExperimentError) -> None:
     print_issues(exc, "invalid experiment")
 
@@ -209,23 +231,11 @@ def validate(
     output = chosen(fmt, as_json)
     from faultplane.services.experiments import validate_experiment
 
+    runtime = _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast)
     try:
-        variables = _variables(var, var_file)
-        global_controls = _global_controls(settings, control_file)
-    except ExperimentError as exc:
-        _print_issues(exc)
-        raise typer.Exit(2) from None
-    try:
-        report = validate_experiment(
-            experiment,
-            variables=variables,
-            policy_path=policy,
-            runtime=_runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast),
-            ctk_compat=ctk_compat or None,
-            strict_variables=_var_names(var),
-            global_controls=global_controls,
-        )
-    except ExperimentError as exc:  # the policy file itself is unusable: nothing could be judged
+        options = _experiment_options(var, var_file, policy, runtime, ctk_compat, settings, control_file)
+        report = validate_experiment(experiment, **options)
+    except ExperimentError as exc:  # unusable variables, controls or policy file: nothing could be judged
         _print_issues(exc)
         raise typer.Exit(2) from None
     if output == "json":
@@ -292,19 +302,10 @@ def run(
     progress: RunProgress | JsonlEvents = (
         JsonlEvents() if events is not None else RunProgress(quiet or output != "text")
     )
+    runtime = _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast, dry)
     try:
-        options: dict[str, Any] = {
-            "dry_run": dry_run,
-            "variables": _variables(var, var_file),
-            "store": st,
-            "policy_path": policy,
-            "approval_token": approval,
-            "handle_signals": True,
-            "runtime": _runtime(rollback_strategy, hypothesis_strategy, hypothesis_frequency, fail_fast, dry),
-            "ctk_compat": ctk_compat or None,
-            "strict_variables": _var_names(var),
-            "global_controls": _global_controls(settings, control_file),
-        }
+        options = _experiment_options(var, var_file, policy, runtime, ctk_compat, settings, control_file)
+        options.update(dry_run=dry_run, store=st, approval_token=approval, handle_signals=True)
 
         async def go() -> Any:
             if progress.quiet:
