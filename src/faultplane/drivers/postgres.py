@@ -475,6 +475,20 @@ def _recipe_restore_parameter(args: dict[str, Any]) -> None:
     _set_system(args["dsn"], args["name"], args["previous"])
 
 
+def _lease_parameter(
+    ctx: ActivityContext, dsn: str, name: str, previous: str | None, applied: str, *, label: str
+) -> RevertEntry:
+    """The lease that puts back what ALTER SYSTEM held for ``name`` before the fault set ``applied``
+    (``previous``, None to RESET it): the arguments ``restore_parameter`` reads."""
+    return leased_revert(
+        ctx,
+        label=label,
+        driver="postgres",
+        revert="restore_parameter",
+        args={"dsn": dsn, "name": name, "previous": previous, "applied": applied},
+    )
+
+
 class ParameterParams(_Dsn):
     name: str = Field(pattern=_GUC, description="a server parameter, e.g. statement_timeout, work_mem")
     value: str = Field(max_length=1000, description="its new value, as in postgresql.conf (e.g. '50ms')")
@@ -507,12 +521,8 @@ async def set_parameter(ctx: ActivityContext, p: ParameterParams) -> dict[str, A
         state = await anyio.to_thread.run_sync(apply)
     except psycopg.Error as exc:
         raise DriverError(f"dsn: {mask_text(str(exc).strip())}") from None
-    entry = leased_revert(
-        ctx,
-        label=f"postgres: restore {p.name} (ALTER SYSTEM)",
-        driver="postgres",
-        revert="restore_parameter",
-        args={"dsn": p.dsn, "name": p.name, "previous": state["previous"], "applied": p.value},
+    entry = _lease_parameter(
+        ctx, p.dsn, p.name, state["previous"], p.value, label=f"postgres: restore {p.name} (ALTER SYSTEM)"
     )
     try:
         await anyio.to_thread.run_sync(_set_system, p.dsn, p.name, p.value)
@@ -785,17 +795,13 @@ async def replication_lag(ctx: ActivityContext, p: ReplicationLagParams) -> dict
         result: dict[str, Any] = {"mode": "pause"}
     else:
         applied = f"{round(p.delay_seconds * 1000)}ms"
-        entry = leased_revert(
+        entry = _lease_parameter(
             ctx,
+            p.replica_dsn,
+            "recovery_min_apply_delay",
+            previous,
+            applied,
             label=f"postgres: restore recovery_min_apply_delay on {_address(p.replica_dsn)}",
-            driver="postgres",
-            revert="restore_parameter",
-            args={
-                "dsn": p.replica_dsn,
-                "name": "recovery_min_apply_delay",
-                "previous": previous,
-                "applied": applied,
-            },
         )
 
         def apply() -> None:
