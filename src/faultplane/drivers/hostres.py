@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry, action
+from faultplane.drivers.base import ActivityContext, DriverError, action
 from faultplane.drivers.leases import (
     apply_or_revert,
     hold_then_revert,
@@ -336,12 +336,15 @@ async def _confine(
     label: str,
     configure: Callable[[Path, int], object],
     failure: str,
-) -> tuple[Path, RevertEntry]:
+    report: dict[str, Any],
+    duration_seconds: float | None,
+) -> dict[str, Any]:
     """Move ``family`` into a fresh cgroup of Faultplane's that ``configure`` limits, with a lease that moves
-    every member back to ``pid``'s own cgroup and removes ours. ``controller`` is its (cgroup v1, v2) name;
-    ``configure`` gets our cgroup's folder and the cgroup version. A failure reverts what was done and names
-    the cause: ``what`` the cgroup in the mkdir error, ``failure`` (``{cgroup}`` filled in) the configure/move
-    error."""
+    every member back to ``pid``'s own cgroup and removes ours, and hold it for ``duration_seconds``.
+    ``controller`` is its (cgroup v1, v2) name; ``configure`` gets our cgroup's folder and the cgroup version.
+    A failure reverts what was done and names the cause: ``what`` the cgroup in the mkdir error, ``failure``
+    (``{cgroup}`` filled in) the configure/move error. The result names the members and the cgroup around the
+    fault's own ``report``."""
     v1, v2 = controller
     root, version = _hierarchy(v1, v2)
     previous = _cgroup_of(pid, version, v1)
@@ -365,7 +368,15 @@ async def _confine(
         if isinstance(exc, OSError):
             raise DriverError(f"pid: {failure.format(cgroup=root / name)}: {exc.strerror}") from None
         raise
-    return root / name, entry
+    result: dict[str, Any] = {
+        "pid": pid,
+        "processes": [x.pid for x in family],
+        **report,
+        "cgroup": str(root / name),
+    }
+    if await hold_then_revert(ctx, entry, duration_seconds):
+        result["restored_after_s"] = duration_seconds
+    return result
 
 
 @revert_recipe("hostres", "release_pids")
@@ -401,7 +412,7 @@ async def exhaust_pids(ctx: ActivityContext, p: PidsParams) -> dict[str, Any]:
     with _process_errors(p.pid):
         tasks = sum(x.num_threads() for x in family)
     limit = tasks + p.headroom
-    cgroup, entry = await _confine(
+    return await _confine(
         ctx,
         p.pid,
         family,
@@ -411,17 +422,9 @@ async def exhaust_pids(ctx: ActivityContext, p: PidsParams) -> dict[str, Any]:
         label="pids cgroup",
         configure=lambda path, _version: (path / "pids.max").write_text(f"{limit}\n"),
         failure=f"cannot move process {p.pid} into {{cgroup}}",
+        report={"tasks": tasks, "pids_max": limit},
+        duration_seconds=p.duration_seconds,
     )
-    result: dict[str, Any] = {
-        "pid": p.pid,
-        "processes": [x.pid for x in family],
-        "tasks": tasks,
-        "pids_max": limit,
-        "cgroup": str(cgroup),
-    }
-    if await hold_then_revert(ctx, entry, p.duration_seconds):
-        result["restored_after_s"] = p.duration_seconds
-    return result
 
 
 # --- IO throttling (blkio / io cgroup) ------------------------------------------------------------------------
@@ -495,7 +498,7 @@ async def throttle_io(ctx: ActivityContext, p: ThrottleIoParams) -> dict[str, An
             spec = " ".join(f"{v2[k]}={v}" for k, v in limits.items() if v is not None)
             (path / "io.max").write_text(f"{disk} {spec}\n")
 
-    cgroup, entry = await _confine(
+    return await _confine(
         ctx,
         p.pid,
         family,
@@ -505,17 +508,9 @@ async def throttle_io(ctx: ActivityContext, p: ThrottleIoParams) -> dict[str, An
         label="IO-throttled cgroup",
         configure=configure,
         failure=f"cannot throttle IO of process {p.pid} on {disk}",
+        report={"disk": disk, "limits": {k: v for k, v in limits.items() if v is not None}},
+        duration_seconds=p.duration_seconds,
     )
-    result: dict[str, Any] = {
-        "pid": p.pid,
-        "processes": [x.pid for x in family],
-        "disk": disk,
-        "limits": {k: v for k, v in limits.items() if v is not None},
-        "cgroup": str(cgroup),
-    }
-    if await hold_then_revert(ctx, entry, p.duration_seconds):
-        result["restored_after_s"] = p.duration_seconds
-    return result
 
 
 # --- IO stress ------------------------------------------------------------------------------------------------
