@@ -457,44 +457,54 @@ _READ_SIZE = 256 * 1024
 class _Side(asyncio.BufferedProtocol):
     """One socket of a link. Reads land in a reused buffer: no allocation per read on the fast path."""
 
+    side: str  # "client" or "upstream", as Link.side_lost names it
     link: Link | None = None
+    # Set with the link, so that a read or a pause finds its stream without a lookup: the stream this
+    # socket's reads feed, and the stream that writes to this socket.
+    _feeds: _Stream
+    _fed_by: _Stream
 
     def __init__(self) -> None:
         self._buf = memoryview(bytearray(_READ_SIZE))
 
-    def _streams(self) -> tuple[_Stream, _Stream]:
-        """(the stream this socket feeds, the stream that writes to this socket)"""
-        raise NotImplementedError
+    def _attach(self, link: Link) -> None:
+        self.link = link
+        if self.side == "client":
+            self._feeds, self._fed_by = link.up, link.down
+        else:
+            self._feeds, self._fed_by = link.down, link.up
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._buf
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.link is not None and self._streams()[0].feed(self._buf[:nbytes]):
+        if self.link is not None and self._feeds.feed(self._buf[:nbytes]):
             self._buf = memoryview(bytearray(_READ_SIZE))
 
     def eof_received(self) -> bool:
         if self.link is not None:
-            self._streams()[0].feed_end(_EOF)
+            self._feeds.feed_end(_EOF)
         return True  # keep the other half open until the peer is done too
 
     def pause_writing(self) -> None:
         if self.link is not None:
-            self._streams()[1].dst_paused()
+            self._fed_by.dst_paused()
 
     def resume_writing(self) -> None:
         if self.link is not None:
-            self._streams()[1].dst_resumed()
+            self._fed_by.dst_resumed()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.link is not None:
+            self.link.side_lost(self.side, exc)
 
 
 class _ClientSide(_Side):
+    side = "client"
+
     def __init__(self, route: Route) -> None:
         super().__init__()
         self.route = route
-
-    def _streams(self) -> tuple[_Stream, _Stream]:
-        assert self.link is not None
-        return self.link.up, self.link.down
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -503,31 +513,22 @@ class _ClientSide(_Side):
             _rst(transport)
             return
         _tune(transport)
-        self.link = Link(self.route, transport)
+        link = Link(self.route, transport)
+        self._attach(link)
         for t in refused or ():
-            self.link.decisions[t.name] = False  # rolled and spared: a refuse partition never touches it
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.link is not None:
-            self.link.side_lost("client", exc)
+            link.decisions[t.name] = False  # rolled and spared: a refuse partition never touches it
 
 
 class _UpstreamSide(_Side):
+    side = "upstream"
+
     def __init__(self, link: Link) -> None:
         super().__init__()
-        self.link = link
-
-    def _streams(self) -> tuple[_Stream, _Stream]:
-        assert self.link is not None
-        return self.link.down, self.link.up
+        self._attach(link)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         _tune(transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        assert self.link is not None
-        self.link.side_lost("upstream", exc)
 
 
 class Link:
