@@ -27,7 +27,7 @@ from faultplane.core.faults import FAULT_TYPES, FaultRegistry, FaultSpecError, U
 from faultplane.mcp_server.access import AccessCheck, AccessPolicy
 from faultplane.mcp_server.approval import ApprovalBroker
 from faultplane.mcp_server.arguments import ArgumentCheck
-from faultplane.mcp_server.contracts import close_input_schemas
+from faultplane.mcp_server.contracts import close_input_schemas, param
 from faultplane.mcp_server.progress import watch
 from faultplane.mcp_server.readcache import MISS, StoreReadCache
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
@@ -209,6 +209,12 @@ def _source(experiment_name: str | None, experiment: str | dict[str, Any] | None
 
 _EXPERIMENT_SUFFIXES = (".yaml", ".yml", ".json", ".toon")
 
+# Running and validating take an experiment in the same forms (`_source`), so they describe it alike.
+_InlineExperiment = Annotated[
+    str | dict[str, Any] | None,
+    Field(description="or an inline experiment (an object, or YAML, JSON or TOON text), or a file path"),
+]
+
 
 def _analyze_cached(cfg: ServerConfig, sql: str, limit: int) -> QueryResult:
     store = cfg.store()
@@ -240,39 +246,25 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     @server.tool(annotations=_WRITE)
     async def chaos_inject_fault(
         fault_name: Annotated[
-            str,
-            Field(
-                description="name of the fault; fault points of this name apply it",
-                json_schema_extra={"examples": ["slow-database"]},
-            ),
+            str, param("name of the fault; fault points of this name apply it", examples=["slow-database"])
         ],
         action: Annotated[
             str,
-            Field(
-                description="register (add or overwrite), inject (roll once; arm one occurrence), remove",
-                json_schema_extra={"enum": ["register", "inject", "remove"]},
+            param(
+                "register (add or overwrite), inject (roll once; arm one occurrence), remove",
+                enum=["register", "inject", "remove"],
             ),
         ],
-        fault_type: Annotated[
-            str | None,
-            Field(
-                description="required for register",
-                json_schema_extra={"enum": [*FAULT_TYPES, None]},
-            ),
-        ] = None,
+        fault_type: Annotated[str | None, param("required for register", enum=[*FAULT_TYPES, None])] = None,
         probability: Annotated[
             float,
-            Field(
-                description="chance (0.0-1.0) that a call through the fault point triggers it",
-                json_schema_extra={"minimum": 0.0, "maximum": 1.0},
+            param(
+                "chance (0.0-1.0) that a call through the fault point triggers it", minimum=0.0, maximum=1.0
             ),
         ] = 0.1,
         duration_seconds: Annotated[
             float | None,
-            Field(
-                description="latency/timeout: how long (default 1 s)",
-                json_schema_extra={"minimum": 0.0, "maximum": 3600.0, "examples": [0.5]},
-            ),
+            param("latency/timeout: how long (default 1 s)", minimum=0.0, maximum=3600.0, examples=[0.5]),
         ] = None,
         error_message: Annotated[str | None, Field(description="error/timeout: the raised message")] = None,
         ctx: Context | None = None,
@@ -321,12 +313,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
         experiment_name: Annotated[
             str | None, Field(description="a listed experiment (chaos_list_experiments)")
         ] = None,
-        experiment: Annotated[
-            str | dict[str, Any] | None,
-            Field(
-                description="or an inline experiment (an object, or YAML, JSON or TOON text), or a file path"
-            ),
-        ] = None,
+        experiment: _InlineExperiment = None,
         dry_run: Annotated[bool, Field(description="walk every phase without touching the system")] = False,
         variables: Annotated[
             dict[str, Any] | None, Field(description="values for the experiment's configuration variables")
@@ -449,12 +436,7 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     @server.tool(annotations=_READ)
     async def chaos_validate_experiment(
         experiment_name: Annotated[str | None, Field(description="a listed experiment")] = None,
-        experiment: Annotated[
-            str | dict[str, Any] | None,
-            Field(
-                description="or an inline experiment (an object, or YAML, JSON or TOON text), or a file path"
-            ),
-        ] = None,
+        experiment: _InlineExperiment = None,
         ctk_compat: Annotated[
             bool, Field(description="check as Chaos Toolkit would (docs/chaostoolkit.md)")
         ] = False,
@@ -493,17 +475,8 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
 
     @server.tool(annotations=_READ)
     async def chaos_get_journal(
-        run_id: Annotated[
-            str,
-            Field(
-                description="the run id (a unique prefix is enough)",
-                json_schema_extra={"examples": ["3f2c9a1e"]},
-            ),
-        ],
-        format: Annotated[
-            str,
-            Field(description="json (full) or toon (compact)", json_schema_extra={"enum": ["json", "toon"]}),
-        ] = "json",
+        run_id: Annotated[str, param("the run id (a unique prefix is enough)", examples=["3f2c9a1e"])],
+        format: Annotated[str, param("json (full) or toon (compact)", enum=["json", "toon"])] = "json",
     ) -> Annotated[CallToolResult, JournalOutput]:
         """The journal of one run: phases, every activity with output and error, gates, verdict."""
         from faultplane.services.runs import get_journal
@@ -530,15 +503,12 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     async def chaos_analyze(
         sql: Annotated[
             str,
-            Field(
-                description="SQL over tables runs, activities, journals, audit",
-                json_schema_extra={"examples": ["SELECT status, count(*) FROM runs GROUP BY status"]},
+            param(
+                "SQL over tables runs, activities, journals, audit",
+                examples=["SELECT status, count(*) FROM runs GROUP BY status"],
             ),
         ],
-        limit: Annotated[
-            int,
-            Field(description="maximum rows returned", json_schema_extra={"minimum": 1, "maximum": 10000}),
-        ] = DEFAULT_ROW_LIMIT,
+        limit: Annotated[int, param("maximum rows returned", minimum=1, maximum=10000)] = DEFAULT_ROW_LIMIT,
     ) -> Annotated[CallToolResult, QueryResult]:
         """Read-only SQL over the evidence store. The database is opened read-only with file access
         disabled, so writes, COPY, ATTACH and file reads fail."""

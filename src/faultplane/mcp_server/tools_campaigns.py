@@ -16,6 +16,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from faultplane.core.formats import ExperimentError, dumps
+from faultplane.mcp_server.contracts import param
 from faultplane.mcp_server.progress import watch
 
 __all__ = ["register"]
@@ -149,13 +150,7 @@ def register(server: Any, cfg: Any = None) -> None:
     @server.tool(annotations=_READ)
     async def chaos_design_experiment(
         service: Annotated[str, Field(description="service name, e.g. orders")],
-        kind: Annotated[
-            str,
-            Field(
-                description="what the target is",
-                json_schema_extra={"enum": ["http", "postgres", "redis", "process"]},
-            ),
-        ],
+        kind: Annotated[str, param("what the target is", enum=["http", "postgres", "redis", "process"])],
         url: Annotated[
             str | None, Field(description="http endpoint to measure, or redis://host:port/0")
         ] = None,
