@@ -9,7 +9,9 @@ adds switches off. Labels (`env: production`, `cluster=prd-eu`) are judged by th
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 from faultplane.core.policy.model import ForbiddenRules
 from faultplane.core.policy.normalize import _glob_matcher, _norm_key, camel_forms, normalize_text
@@ -37,20 +39,17 @@ class RuleMatcher:
             for name, rule in rules.labels.items()
         ]
         self._any_label_key = _glob_matcher([k for rule in rules.labels.values() for k in rule.keys])
-        self._word_hits: dict[str, str | None] = {}
-        self._label_hits: dict[tuple[str, str], str | None] = {}
-        self._label_keys: dict[str, bool] = {}
-        self._key_hits: dict[str, str | None] = {}
+        # functools.cache per matcher: its C lookup keeps a repeated token as cheap as the dict probe it replaces
+        self.word_hit: Callable[[str], str | None] = functools.cache(self._word_hit)
+        self.label_hit: Callable[[str, str], str | None] = functools.cache(self._label_hit)
+        self.key_word_hit: Callable[[str], str | None] = functools.cache(self._key_word_hit)
+        self.is_label_key: Callable[[str], bool] = functools.cache(self._is_label_key)
 
     def _allowed(self, *items: str) -> bool:
         return any(self._is_allowed(item) for item in items)
 
-    def word_hit(self, token: str) -> str | None:
+    def _word_hit(self, token: str) -> str | None:
         """The forbidden sub-word in `token`, unless negated (`non-prod`) or allowed."""
-        try:
-            return self._word_hits[token]
-        except KeyError:
-            pass
         found = None
         subs = [s for s in _SUBWORD_SPLIT.split(token) if s]
         for i, sub in enumerate(subs):
@@ -63,14 +62,10 @@ class RuleMatcher:
                     continue
                 found = sub
                 break
-        self._word_hits[token] = found
         return found
 
-    def label_hit(self, key: str, value: str) -> str | None:
-        try:
-            return self._label_hits[(key, value)]
-        except KeyError:
-            pass
+    def _label_hit(self, key: str, value: str) -> str | None:
+        """The label rule a `key=value` label breaks: the key names it, the value is forbidden and not allowed."""
         found = None
         nk = _norm_key(key)
         nv = normalize_text(value).strip().strip("\"'`") if self.is_label_key(key) else ""
@@ -81,15 +76,10 @@ class RuleMatcher:
                 if is_value(nv) and not (self._allowed(nv) and production_reason(nv) is None):
                     found = name
                     break
-        self._label_hits[(key, value)] = found
         return found
 
-    def key_word_hit(self, key: str) -> str | None:
+    def _key_word_hit(self, key: str) -> str | None:
         """The forbidden word a key itself names (`prod_db: ...`); label keys (`env: ...`) are judged by value."""
-        try:
-            return self._key_hits[key]
-        except KeyError:
-            pass
         found = None
         if not self.is_label_key(key):
             for form in (normalize_text(key), *camel_forms(key)):
@@ -99,11 +89,7 @@ class RuleMatcher:
                         break
                 if found:
                     break
-        self._key_hits[key] = found or None
         return found or None
 
-    def is_label_key(self, key: str) -> bool:
-        found = self._label_keys.get(key)
-        if found is None:
-            found = self._label_keys[key] = self._any_label_key(_norm_key(key))
-        return found
+    def _is_label_key(self, key: str) -> bool:
+        return self._any_label_key(_norm_key(key))
