@@ -445,31 +445,38 @@ def render_markdown(report: CoverageReport) -> str:
             f"| {r.runs_in_period} / {r.frequency_days}d | {_fmt_ts(r.last_tested)} | {_fmt_ts(r.next_due)} "
             f"| {_rto_text(r)} |"
         )
-    if report.gaps:
-        lines += ["", "## Gaps", ""]
-        for r in report.requirements:
-            if r.status == "gap":
-                lines.append(
-                    f"- **{r.id}** ({r.reference}): no evidence yet. Evidence needed: {r.evidence_hint}."
-                )
-    if report.overdue:
-        lines += ["", "## Overdue", ""]
-        for r in report.requirements:
-            if r.status == "overdue":
-                lines.append(
-                    f"- **{r.id}**: last tested {_fmt_ts(r.last_tested)}, due every {r.frequency_days} days "
-                    f"({r.frequency_basis})."
-                )
-    if report.rto_failures:
-        lines += ["", "## Recovery time objective missed", ""]
-        lines += [f"- **{i}**" for i in report.rto_failures]
-    lines += ["", "## Evidence", ""]
-    for r in report.requirements:
-        if r.evidence:
-            runs = ", ".join(f"`{e.run_id}` {e.status}" for e in r.evidence[:5])
-            lines.append(f"- {r.id}: {runs}")
+    reqs = report.requirements
+    lines += _md_section(
+        "Gaps",
+        [
+            f"- **{r.id}** ({r.reference}): no evidence yet. Evidence needed: {r.evidence_hint}."
+            for r in reqs
+            if r.status == "gap"
+        ],
+    )
+    lines += _md_section(
+        "Overdue",
+        [
+            f"- **{r.id}**: last tested {_fmt_ts(r.last_tested)}, due every {r.frequency_days} days "
+            f"({r.frequency_basis})."
+            for r in reqs
+            if r.status == "overdue"
+        ],
+    )
+    lines += _md_section("Recovery time objective missed", [f"- **{i}**" for i in report.rto_failures])
+    evidence = [
+        f"- {r.id}: " + ", ".join(f"`{e.run_id}` {e.status}" for e in r.evidence[:5])
+        for r in reqs
+        if r.evidence
+    ]
+    lines += _md_section("Evidence", evidence, always=True)
     lines.append("")
     return "\n".join(lines)
+
+
+def _md_section(title: str, items: list[str], *, always: bool = False) -> list[str]:
+    """A `## title` section of bullet lines; a section with nothing to list is left out unless `always`."""
+    return ["", f"## {title}", "", *items] if items or always else []
 
 
 _CSS = """
