@@ -33,7 +33,13 @@ from faultplane.mcp_server.readcache import MISS, StoreReadCache
 from faultplane.services.analytics import DEFAULT_ROW_LIMIT, QueryError, QueryResult, analyze
 from faultplane.services.discover import DiscoverResult, discover
 from faultplane.services.experiment_info import ExperimentInfo
-from faultplane.services.faults import FaultResult, list_faults, manage_fault, record_refused_call
+from faultplane.services.faults import (
+    FaultResult,
+    FaultSummary,
+    list_faults,
+    manage_fault,
+    record_refused_call,
+)
 
 __all__ = ["ServerConfig", "build_server"]
 
@@ -114,13 +120,9 @@ class RunExperimentOutput(BaseModel):
     journal_toon: str = Field(description="compact TOON journal; chaos_get_journal has the full one")
 
 
-class ActiveFaultOut(BaseModel):
-    name: str
-    fault_type: str
-    probability: float
-    duration_seconds: float | None = None
-    target: str | None = None
-    armed: int = 0
+class ActiveFaultOut(FaultSummary):
+    # The service's summary, published under the name chaos_status' output schema has always had.
+    pass
 
 
 class StatusOutput(BaseModel):

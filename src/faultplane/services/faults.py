@@ -29,6 +29,7 @@ __all__ = [
     "ActiveFault",
     "FaultInputError",
     "FaultResult",
+    "FaultSummary",
     "fault_approval_hash",
     "list_faults",
     "manage_fault",
@@ -63,14 +64,19 @@ class FaultResult(BaseModel):
     error: str | None = Field(default=None, description="status=error: the field at fault and the fix")
 
 
-class ActiveFault(BaseModel):
+class FaultSummary(BaseModel):
+    """A registered fault as chaos_status publishes it: everything but the message it raises."""
+
     name: str
     fault_type: str
     probability: float
     duration_seconds: float | None = None
-    error_message: str | None = None
     target: str | None = None
-    armed: int = Field(default=0, description="injected occurrences not yet applied")
+    armed: int = 0  # injected occurrences not yet applied
+
+
+class ActiveFault(FaultSummary):
+    error_message: str | None = None
 
 
 def list_faults(registry: FaultRegistry | None = None) -> list[ActiveFault]:
