@@ -7,7 +7,7 @@ The lead's `build_server` calls `register(server, cfg)` so the tools share the s
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -18,6 +18,9 @@ from pydantic import BaseModel, Field
 from faultplane.core.formats import ExperimentError, dumps
 from faultplane.mcp_server.contracts import param
 from faultplane.mcp_server.progress import watch
+
+if TYPE_CHECKING:
+    from faultplane.services.gameday_model import GameDayAnalysis
 
 __all__ = ["register"]
 
@@ -72,18 +75,13 @@ def _store(cfg: Any) -> Any:
     return open_store()
 
 
-def _gameday_out(a: Any) -> GameDayOutput:
+# The output is the analysis's headline fields, under their own names, and all of it (runs too) as TOON.
+_GAMEDAY_HEADLINE = set(GameDayOutput.model_fields) - {"toon"}
+
+
+def _gameday_out(a: GameDayAnalysis) -> GameDayOutput:
     return GameDayOutput(
-        gameday_id=a.gameday_id,
-        name=a.name,
-        score=a.score,
-        grade=a.grade,
-        components=a.components,
-        planned=a.planned,
-        passed=a.passed,
-        findings=a.findings,
-        compliance=a.compliance,
-        toon=dumps(a.model_dump(mode="json"), "toon"),
+        **a.model_dump(include=_GAMEDAY_HEADLINE), toon=dumps(a.model_dump(mode="json"), "toon")
     )
 
 
