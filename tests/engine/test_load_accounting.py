@@ -244,3 +244,12 @@ async def test_adjacent_windows_do_not_blame_each_other() -> None:
     assert a["latency_p99"] >= 500, a
     # B's requests were all due after the stall ended; none of A's ~100 late answers is in it
     assert b["latency_p99"] < 500, b
+    # a boundary inside a slot (2.25 s): that slot holds requests due on both sides of it, so it counts in
+    # neither window; neither holds a request due outside it
+    early, late = gen.window(0.0, 2.25), gen.window(2.25, 3.5)
+    assert (early["scheduled"], late["scheduled"]) == (220, 120), (early, late)
+    assert early["window_s"] == pytest.approx(2.2) and late["window_s"] == pytest.approx(1.2)
+    # a span shorter than a whole slot has no figures rather than a neighbour's
+    none = gen.window(1.05, 1.12)
+    assert none["scheduled"] == 0 and none["latency_p99"] is None and none["error_rate"] is None, none
+    assert none["throughput"] is None, none

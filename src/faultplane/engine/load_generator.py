@@ -384,11 +384,14 @@ class LoadGenerator:
 
     def window(self, start_s: float, end_s: float) -> dict[str, float | None]:
         """Figures of the requests scheduled between `start_s` and `end_s` seconds into the load, whenever they
-        were answered: a run's own traffic, asked for once the load has stopped. A 100 ms slot belongs to the
-        window holding its middle, so adjacent windows share no request and blame none of each other's."""
-        first = max(0, math.ceil(start_s / _SLOT_S - 0.5))
-        last = max(first, math.ceil(end_s / _SLOT_S - 0.5)) - 1
-        return self._figures(first, last, max(_SLOT_S, end_s - start_s))
+        were answered: a run's own traffic, asked for once the load has stopped. Only the 100 ms slots lying
+        wholly inside the span count: a slot that a boundary cuts holds requests scheduled on both sides of it
+        (a run's last ones, sent before its rollback, and the next run's first), so it counts in neither window,
+        and no window holds a request scheduled outside it. A span holding no whole slot has no figures."""
+        # the offsets are rounded to the millisecond: a boundary on a slot's edge must not lose that slot
+        first = max(0, math.ceil(start_s / _SLOT_S - 1e-6))
+        last = math.floor(end_s / _SLOT_S + 1e-6) - 1
+        return self._figures(first, last, max(0, last - first + 1) * _SLOT_S)
 
     def _figures(self, first: int, last: int, covered: float, live: bool = False) -> dict[str, float | None]:
         with self._lock:
