@@ -288,7 +288,9 @@ async def test_toxicity_affects_only_a_share_of_connections() -> None:
     async with tcp_server(echo) as up, _route(up) as route:
         await route.add_toxic(toxics.Latency(latency_ms=200, toxicity=0.5))
         times = await asyncio.gather(*(rtt(route.listen[1]) for _ in range(16)))
-    slow = sum(t >= 0.2 for t in times)
+    # Measured against the fastest connection, not from zero: on a busy CI machine a stall delays all 16 alike
+    # (spared ones took 0.26 s, affected ones 0.46 s), and an absolute 0.2 s threshold then counted every one.
+    slow = sum(t >= min(times) + 0.15 for t in times)
     assert 1 <= slow <= 15, times
 
 
