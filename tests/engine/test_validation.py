@@ -189,3 +189,30 @@ _json = st.recursive(
 def test_json_and_toon_round_trip(doc: dict) -> None:
     assert loads(dumps(doc, "json"), "json") == doc
     assert loads(dumps(doc, "toon"), "toon") == doc
+
+
+# Windows editors save UTF-8 with a byte-order mark; JSON parsers refuse it, so it is dropped wherever a file is read
+@pytest.mark.parametrize("fmt", ["json", "yaml", "toon"])
+def test_files_saved_with_a_byte_order_mark_read_as_without(tmp_path: os.PathLike[str], fmt: str) -> None:
+    from pathlib import Path
+
+    from faultplane.plane.plan import load_plan
+
+    doc = {"title": "bom", "method": [PROBE]}
+    exp = Path(tmp_path) / f"exp.{fmt}"
+    exp.write_text("\ufeff" + dumps(doc, fmt), encoding="utf-8")  # type: ignore[arg-type]
+    assert load_document(exp) == doc
+    var = Path(tmp_path) / f"vars.{'json' if fmt == 'toon' else fmt}"
+    var.write_text("\ufeff" + dumps({"configuration": {"expected": 7}}, "json"), encoding="utf-8")
+    assert load_var_file(var) == {"expected": 7}
+    plan_file = Path(tmp_path) / f"plan.{fmt}"
+    plan_file.write_text("\ufeff" + dumps({"seed": 3, "faults": []}, fmt), encoding="utf-8")  # type: ignore[arg-type]
+    assert load_plan(plan_file).seed == 3
+
+
+def test_an_env_var_file_with_a_byte_order_mark_keeps_its_first_name(tmp_path: os.PathLike[str]) -> None:
+    from pathlib import Path
+
+    env = Path(tmp_path) / "vars.env"
+    env.write_text("\ufeffexpected=7\nlabel='x'\n", encoding="utf-8")
+    assert dict(load_var_file(env)) == {"expected": "7", "label": "x"}

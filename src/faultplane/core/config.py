@@ -133,7 +133,7 @@ def load_var_file(path: str | Path) -> Variables:
     )
     if p.suffix == ".env":
         out = Variables()
-        for line in text.splitlines():
+        for line in text.removeprefix("\ufeff").splitlines():  # a BOM would stick to the first name
             line = line.strip()
             if line and not line.startswith("#") and "=" in line:
                 k, _, v = line.partition("=")

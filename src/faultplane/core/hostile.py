@@ -105,10 +105,11 @@ def check_structure(data: Any, what: str = "document") -> None:
 
 
 def parse_guarded(parse: Callable[[str], T], text: str, what: str = "document") -> T:
-    """`parse(text)` within the limits: size before, depth and expansion after, RecursionError as one line."""
+    """`parse(text)` within the limits: size before, depth and expansion after, RecursionError as one line.
+    A leading byte-order mark is dropped: Windows editors save UTF-8 with one, and JSON parsers refuse it."""
     check_text(text, what)
     try:
-        data = parse(text)
+        data = parse(text.removeprefix("\ufeff"))
     except RecursionError:
         raise HostileInput(
             f"{what} nests too deeply to parse; flatten it (at most {MAX_DEPTH} levels)"
