@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from clihelp import small_experiment
 from faultplane.cli.legacy import rewrite
 from faultplane.cli.main import app
+from faultplane.core.store import Store
 from policy_helpers import use_lab_policy
 
 # commands whose --format is not what they print: the journal's own format (always JSON) and an input file's
@@ -159,6 +160,34 @@ def test_a_read_command_refuses_a_store_that_does_not_exist(tmp_path: Path, argv
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.count("\n") == 1 and str(missing) in out.stderr and "fix:" in out.stderr
     assert not missing.exists() and not list(tmp_path.glob("typo*"))  # nothing created
+
+
+# numbers out of range reached DuckDB ("LIMIT/OFFSET cannot be negative"), a socket ("port must be 0-65535", with
+# the demo service's traceback) or a loop that never ended (an idle time of NaN)
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["runs", "list", "-n", "-1"], "--limit"),
+        (["runs", "list", "--limit", "0"], "--limit"),
+        (["analyze", "baseline", "--probe", "p", "--limit", "-1"], "--limit"),
+        (["demo", "--port", "70000"], "--port"),
+        (["demo", "--port", "-5"], "--port"),
+        (["drivers", "leases", "watch", "--idle-exit", "nan"], "--idle-exit"),
+        (["drivers", "leases", "watch", "--idle-exit", "-1"], "--idle-exit"),
+        (["compliance", "report", "--rto", "nan"], "rto"),
+        (["compliance", "report", "--rto", "-1"], "rto"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_a_number_out_of_range_is_exit_2_naming_the_option(
+    tmp_path: Path, store: Store, argv: list[str], named: str
+) -> None:
+    with store.connect():  # a store that exists: the number is what is refused, not the store
+        pass
+    with_store = ["--store", str(store.path)] if argv[0] in ("runs", "analyze", "compliance") else []
+    out = _fp(tmp_path, *argv, *with_store)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert named in out.stderr and "Traceback" not in out.stderr and "Error:" not in out.stdout, out.stderr
 
 
 @pytest.mark.parametrize("kind", ["not-a-database", "a-folder", "unwritable-parent"])

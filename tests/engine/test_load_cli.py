@@ -61,6 +61,12 @@ def test_failed_requests_exit_1_and_show_in_the_table(url: str) -> None:
         (["http://127.0.0.1:1/", "--method", "FETCH"], "--method"),
         (["http://127.0.0.1:1/", "--data", "{not json"], "--data"),
         (["http://127.0.0.1:1/", "--max-in-flight", "0"], "--max-in-flight"),
+        # URLs the workers could not split failed the run after it began ("load worker did not start")
+        (["http://[::1", "--rate", "5"], "URL"),
+        (["http://127.0.0.1:99999/", "--rate", "5"], "URL"),
+        (["http://127.0.0.1:port/", "--rate", "5"], "URL"),
+        (["http:///no-host", "--rate", "5"], "URL"),
+        (["http://127.0.0.1:1/a b", "--rate", "5"], "URL"),
     ],
 )
 def test_bad_input_names_the_option(args: list[str], named: str) -> None:

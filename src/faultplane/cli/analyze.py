@@ -227,7 +227,7 @@ def baseline_cmd(
     value_path: Annotated[
         str | None, typer.Option("--value-path", help="dotted path to the number in a structured output")
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="newest readings used")] = 1000,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="newest readings used")] = 1000,
     output: Annotated[Literal["text", "json", "yaml"], FormatOpt] = "text",
     as_json: JsonOpt = False,
     store: StoreOpt = None,

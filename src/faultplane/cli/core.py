@@ -500,7 +500,7 @@ def _import_files(files: list[Path], store: str | None, *, show: bool) -> Import
 @runs_app.command("list")
 def runs_list(
     experiment: Annotated[str | None, typer.Option("--experiment", "-e")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="runs shown at most")] = 20,
     fmt: Annotated[TableFormat, FormatOpt] = "table",
     as_json: JsonOpt = False,
     store: StoreOpt = None,
@@ -614,7 +614,9 @@ def running_match(prefix: str, running: set[str]) -> str:
 
 
 def demo(
-    port: Annotated[int, typer.Option(help="port of the demo service (0 = any free port)")] = 0,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="port of the demo service (0 = any free port)")
+    ] = 0,
 ) -> None:
     """Start a small HTTP service on loopback, run the bundled latency experiment against it, stop it."""
     from faultplane.examples.demo import run_demo

@@ -155,7 +155,9 @@ def leases_reap(
 
 @leases_app.command("watch")
 def leases_watch(
-    idle_exit: Annotated[float, typer.Option(help="exit after this many seconds with no lease")] = 10.0,
+    idle_exit: Annotated[
+        float, typer.Option(min=0.0, help="exit after this many seconds with no lease (inf: never)")
+    ] = 10.0,
 ) -> None:
     """Run the lease watchdog in the foreground."""
     from faultplane.drivers.leases import lease_dir, watch

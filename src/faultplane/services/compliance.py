@@ -293,8 +293,11 @@ def coverage_report(
             )
         if fw not in chosen:
             chosen.append(fw)
-    if rto_seconds is not None and rto_seconds <= 0:
-        raise ComplianceError("rto_seconds: must be > 0; fix: give the recovery time objective in seconds")
+    if rto_seconds is not None and not 0 < rto_seconds < float("inf"):  # NaN fails this too
+        raise ComplianceError(
+            f"rto_seconds: {rto_seconds!r} is not a positive number of seconds; fix: give the recovery time "
+            "objective in seconds, e.g. 300"
+        )
     now = _as_utc(now) or datetime.now(UTC)
     store = store or open_store()
 
