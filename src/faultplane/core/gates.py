@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -63,6 +64,8 @@ def parse_predicate(text: str) -> GatePredicate:
         window /= 1000.0
     elif m["wunit"] == "m":
         window *= 60.0
+    if not (math.isfinite(value) and math.isfinite(window)):  # 400 digits read as float are inf
+        raise ValueError(f"gate predicate {text!r}: its number or window is too large to be a figure")
     return GatePredicate(metric=m["metric"], op=m["op"], threshold=value, window_s=window)
 
 

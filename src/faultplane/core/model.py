@@ -31,7 +31,8 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # no infinite or NaN number: a pause or timeout of .inf (YAML) or 1e999 (JSON) never ends
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class PythonProvider(_Strict):

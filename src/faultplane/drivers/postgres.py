@@ -307,7 +307,7 @@ class LatencyParams(_Dsn):
     )
     listen: str = Field(default="127.0.0.1:0", description="where clients must connect to feel the latency")
     latency_ms: float = Field(ge=0, le=3_600_000)
-    jitter_ms: float = Field(default=0, ge=0)
+    jitter_ms: float = Field(default=0, ge=0, le=3_600_000)
     control_url: str | None = Field(
         default=None, description="standalone netproxy control API; omit = in-process"
     )

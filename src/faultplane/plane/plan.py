@@ -51,7 +51,8 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class _FaultBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no infinite or NaN number: a latency of .inf would hold the call forever
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = Field(default=None, description="label used in records; defaults to the type")
     tools: list[str] = Field(default_factory=lambda: ["*"], description="tool-name glob patterns")
@@ -209,7 +210,7 @@ FAULT_TYPES = (
 
 
 class FaultPlan(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     seed: int = 0
     faults: list[Fault] = Field(default_factory=list)

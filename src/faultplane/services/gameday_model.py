@@ -30,7 +30,7 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf/.nan in YAML are no figures
 
 
 class Entry(_Strict):

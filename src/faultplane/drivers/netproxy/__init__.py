@@ -255,7 +255,7 @@ async def remove_toxic(ctx: ActivityContext, p: ToxicRef) -> dict[str, Any]:
 class LatencyParams(_Where):
     route: str
     latency_ms: float = Field(ge=0, le=3_600_000)
-    jitter_ms: float = Field(default=0, ge=0)
+    jitter_ms: float = Field(default=0, ge=0, le=3_600_000)
     stream: str = Field(default="downstream", pattern="^(upstream|downstream)$")
     toxicity: float = Field(default=1.0, ge=0, le=1)
     duration_seconds: HoldSeconds = None
@@ -270,7 +270,9 @@ async def latency(ctx: ActivityContext, p: LatencyParams) -> dict[str, Any]:
 
 class TimeoutParams(_Where):
     route: str
-    timeout_ms: float = Field(default=0, ge=0, description="close connections after this; 0 = hold forever")
+    timeout_ms: float = Field(
+        default=0, ge=0, le=3_600_000, description="close connections after this; 0 = hold forever"
+    )
     toxicity: float = Field(default=1.0, ge=0, le=1)
     duration_seconds: HoldSeconds = None
 

@@ -52,7 +52,7 @@ class Bandwidth(_Base):
     """Limit the stream to ``rate_kbps`` kilobytes (1000 B) per second."""
 
     type: Literal["bandwidth"] = "bandwidth"
-    rate_kbps: float = Field(gt=0, description="kilobytes per second (KB/s, not kbit/s)")
+    rate_kbps: float = Field(gt=0, allow_inf_nan=False, description="kilobytes per second (KB/s, not kbit/s)")
 
 
 class SlowClose(_Base):
