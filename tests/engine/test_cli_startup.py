@@ -217,3 +217,14 @@ def test_an_unanticipated_error_is_one_line_and_debug_shows_the_traceback(argv: 
             [sys.executable, "-m", "faultplane", *argv], capture_output=True, text=True, timeout=60, env=env
         )
         assert "Traceback" in by_env.stderr
+
+
+def test_a_huge_or_empty_run_id_is_a_short_error(store: Any) -> None:
+    from faultplane.services.runs import load_journal
+
+    with store.connect():
+        pass
+    for run_id in ("a" * 100_000, "", "%", "_" * 5_000):
+        with pytest.raises(LookupError) as info:
+            load_journal(run_id, store)
+        assert len(str(info.value)) < 200 and "no journal" in str(info.value), str(info.value)[:300]

@@ -19,18 +19,23 @@ def load_journal(run_id: str, store: Store | None = None) -> dict[str, Any]:
     store = store or open_store()
     rows = store.query("SELECT body FROM journals WHERE run_id = ?", [run_id])
     if not rows:
-        # LIKE treats `_` and `%` in the prefix as wildcards: it finds a superset, startswith decides
-        candidates = store.query("SELECT run_id, body FROM journals WHERE run_id LIKE ? || '%'", [run_id])
-        rows = [r for r in candidates if str(r["run_id"]).startswith(run_id)] if run_id else []
-        if len(rows) > 1:
-            shown = sorted(str(r["run_id"]) for r in rows)
-            more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
+        # LIKE treats `_` and `%` in the prefix as wildcards: it finds a superset, startswith decides. Ids
+        # only: a prefix of "%" matches every run, and their bodies are not to be loaded to find that out
+        candidates = (
+            store.query("SELECT run_id FROM journals WHERE run_id LIKE ? || '%'", [run_id]) if run_id else []
+        )
+        ids = sorted({str(r["run_id"]) for r in candidates if str(r["run_id"]).startswith(run_id)})
+        shown_id = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        if len(ids) > 1:
+            more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
             raise LookupError(
-                f"run id {run_id!r} is ambiguous: it starts {len(shown)} runs ({', '.join(shown[:10])}{more});"
+                f"run id {shown_id!r} is ambiguous: it starts {len(ids)} runs ({', '.join(ids[:10])}{more});"
                 " fix: give more characters of the run id"
             )
+        if ids:
+            rows = store.query("SELECT body FROM journals WHERE run_id = ?", [ids[0]])
         if not rows:
-            raise LookupError(f"no journal for run {run_id!r}: list runs with `faultplane runs list`")
+            raise LookupError(f"no journal for run {shown_id!r}: list runs with `faultplane runs list`")
     journal: dict[str, Any] = json.loads(rows[0]["body"])
     return journal
 
