@@ -184,6 +184,33 @@ def test_faultplane_report_writes_the_file(journals: dict[str, Any], tmp_path: P
     assert done.returncode == 2 and "--store" in done.stderr
 
 
+def test_an_imported_run_id_cannot_choose_where_its_report_is_written(
+    journals: dict[str, Any], tmp_path: Path
+) -> None:
+    """A journal imported from elsewhere names its own run_id: `../../x` or `a/b` must not become the path."""
+    import json
+
+    cwd = tmp_path / "a" / "b"
+    cwd.mkdir(parents=True)
+    store = tmp_path / "imported.duckdb"
+    env = {**os.environ, "FAULTPLANE_STORE": str(store)}
+    cli = [sys.executable, "-m", "faultplane.cli.main"]
+    for hostile in ("../../escape", "sub/dir", ".hidden"):
+        journal = {**journals["green"], "run_id": hostile}
+        source = tmp_path / "in.json"
+        source.write_text(json.dumps(journal))
+        done = subprocess.run(
+            [*cli, "journal", "import", str(source)], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        done = subprocess.run(
+            [*cli, "report", hostile], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.html"))
+    assert written == ["a/b/report-_.._escape.html", "a/b/report-hidden.html", "a/b/report-sub_dir.html"]
+
+
 def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     """Width, height and the unfiltered rows of an 8-bit RGB/RGBA PNG (enough for Chromium's screenshots)."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

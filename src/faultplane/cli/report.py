@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,12 @@ from faultplane.cli.term import Console
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _file_part(run_id: str) -> str:
+    """The run id as part of a file name in the current folder: an imported journal's id is anyone's text, and
+    `../../x` or `a/b` must not choose where the report is written."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", run_id).lstrip(".")[:80] or "run"
 
 
 def report(
@@ -50,7 +57,7 @@ def report(
     if postmortem_only:
         console.print(postmortem(journal), highlight=False, soft_wrap=True)
         return
-    path = write_report(journal, output or Path(f"report-{journal['run_id']}.html"))
+    path = write_report(journal, output or Path(f"report-{_file_part(str(journal['run_id']))}.html"))
     console.print(f"report of run {journal['run_id']} ({journal.get('status')}): {path}")
 
 
