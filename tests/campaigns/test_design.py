@@ -91,6 +91,15 @@ def test_severity_is_a_configuration_variable_an_agent_can_refine() -> None:
         ({"service": "orders", "kind": "queue"}, "kind", "http"),
         ({"service": "db", "kind": "postgres"}, "dsn", "connection"),
         ({"service": "c", "kind": "redis", "url": "http://x"}, "url", "redis://"),
+        # URLs the designed probes could never reach were written into every experiment
+        ({"service": "o", "kind": "http", "url": "orders:8080/", "fault_point": "f"}, "url", "http://"),
+        ({"service": "o", "kind": "http", "url": "http://[::1", "fault_point": "f"}, "url", "IPv6"),
+        ({"service": "o", "kind": "http", "url": "http://:8080/", "fault_point": "f"}, "url", "no host"),
+        (
+            {"service": "o", "kind": "http", "url": "http://x", "health_url": "/health", "fault_point": "f"},
+            "health_url",
+            "http://",
+        ),
         (
             {"service": "o", "kind": "http", "url": "http://x", "fault_point": "f", "slo": {"error_rate": 2}},
             "slo",

@@ -216,3 +216,24 @@ def test_an_env_var_file_with_a_byte_order_mark_keeps_its_first_name(tmp_path: o
     env = Path(tmp_path) / "vars.env"
     env.write_text("\ufeffexpected=7\nlabel='x'\n", encoding="utf-8")
     assert dict(load_var_file(env)) == {"expected": "7", "label": "x"}
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("localhost:8080/health", "must start with http://"),
+        ("http://[::1/x", "not a valid URL"),
+        ("http://127.0.0.1:99999/", "not a valid URL"),
+        ("http:///health", "names no host"),
+        ("http://127.0.0.1:8080/a b", "spaces"),
+    ],
+)
+def test_an_http_provider_url_no_request_can_reach_is_a_warning_naming_it(url: str, problem: str) -> None:
+    """A warning, not a refusal: Chaos Toolkit runs such an experiment (the activity fails)."""
+    http = {"type": "probe", "name": "h", "provider": {"type": "http", "url": "${base}"}}
+    doc = {"title": "t", "description": "d", "configuration": {"base": url}, "method": [http]}
+    report = validate_experiment(doc, with_policy=False)
+    warned = [w for w in report.warnings if w.field == "method[0].provider.url"]
+    assert len(warned) == 1 and problem in warned[0].message and url in warned[0].message, report.warnings
+    doc["configuration"] = {"base": "http://127.0.0.1:8080/health"}
+    assert not [w for w in validate_experiment(doc, with_policy=False).warnings if w.field.endswith(".url")]

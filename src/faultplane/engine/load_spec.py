@@ -79,22 +79,13 @@ class LoadSpec(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https:// (got {v!r})")
-        from urllib.parse import urlsplit
+        from faultplane.core.urls import http_url_problem
 
-        # checked here, not where the workers start: a URL they cannot split failed the run after it began
-        try:
-            parts = urlsplit(v)
-            parts.port  # noqa: B018 (reading it checks it: a port outside 0-65535 or not a number raises)
-        except ValueError as exc:
-            raise ValueError(f"url {v!r} is not a valid URL ({exc}); e.g. http://127.0.0.1:8080/") from None
-        if not parts.hostname:
-            raise ValueError(f"url {v!r} names no host; e.g. http://127.0.0.1:8080/")
-        if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in v):
-            raise ValueError(f"url {v!r} holds spaces or control characters; percent-encode them (%20)")
+        problem = None if v is None else http_url_problem(v)
+        if (
+            problem
+        ):  # here, not where the workers start: a URL they cannot split failed the run after it began
+            raise ValueError(f"url {v!r} {problem}; e.g. http://127.0.0.1:8080/")
         return v
 
     @field_validator("method")

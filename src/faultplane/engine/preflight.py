@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from faultplane.core.formats import ValidationIssue
-from faultplane.core.model import Activity, DriverProvider, ProcessProvider, PythonProvider
+from faultplane.core.model import Activity, DriverProvider, HttpProvider, ProcessProvider, PythonProvider
 
 __all__ = ["preflight"]
 
@@ -180,6 +180,23 @@ def _process(where: str, p: ProcessProvider) -> list[ValidationIssue]:
     return []
 
 
+def _http(where: str, p: HttpProvider) -> list[ValidationIssue]:
+    """A warning, not an error: Chaos Toolkit runs such an activity, and it fails (a probe's tolerance then
+    decides); the user learns it here instead of from the journal."""
+    from faultplane.core.urls import http_url_problem
+
+    problem = http_url_problem(p.url)
+    if problem is None:
+        return []
+    return [
+        ValidationIssue(
+            field=f"{where}.provider.url",
+            message=f"url {p.url!r} {problem}: every request of this activity will fail",
+            fix="give an http(s) URL with a host, e.g. http://127.0.0.1:8080/health",
+        )
+    ]
+
+
 def _driver(where: str, p: DriverProvider) -> list[ValidationIssue]:
     from faultplane.drivers.base import DriverError, get_activity, list_activities
 
@@ -263,6 +280,8 @@ def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
             errors += _process(where, prov)
         elif isinstance(prov, DriverProvider):
             errors += _driver(where, prov)
+        elif isinstance(prov, HttpProvider):
+            warnings += _http(where, prov)
     raw_config = p.raw.get("configuration")
     for key in getattr(p, "dynamic", []):
         from faultplane.engine.dynamic_config import dynamic_activity

@@ -86,6 +86,12 @@ def kind_problems(req: DesignRequest) -> list[ValidationIssue]:
                 "kind http needs the endpoint whose latency and errors define the SLO",
                 "add url: http://host:port/path",
             )
+        from faultplane.core.urls import http_url_problem
+
+        for field, url in (("url", req.url), ("health_url", req.health_url)):
+            problem = http_url_problem(url) if url else None
+            if problem:  # the designed probes would fail on every run
+                return need(field, f"{field} {url!r} {problem}", f"give {field} as http://host:port/path")
         if not (req.fault_point or req.proxy or req.process):
             return need(
                 "fault_point",
