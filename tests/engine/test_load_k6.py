@@ -75,6 +75,29 @@ def test_k6_spec_needs_a_script() -> None:
     assert any("engine" in i.field for i in exc.value.issues)
 
 
+def test_a_missing_script_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """`validate` and `faultplane load` find it, not the run: a run would hold its fault with no load measured."""
+    from faultplane.services.experiments import validate_experiment
+
+    missing = str(tmp_path / "nope.js")
+    doc = {
+        "title": "t",
+        "description": "d",
+        "load": {"engine": "k6", "script": missing},
+        "method": [{"type": "probe", "name": "p", "provider": {"type": "process", "path": "true"}}],
+    }
+    report = validate_experiment(doc, with_policy=False)
+    assert not report.valid and [(e.field, e.message) for e in report.errors] == [
+        ("load.script", f"no file {missing!r}")
+    ]
+    (tmp_path / "ok.js").write_text("export default function () {}\n")
+    doc["load"]["script"] = str(tmp_path / "ok.js")  # type: ignore[index]
+    assert validate_experiment(doc, with_policy=False).valid
+    proc = run_cli("load", "--engine", "k6", "--script", missing)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--script: no file" in proc.stderr
+    assert "load summary" not in proc.stdout
+
+
 def test_cli_runs_k6(tmp_path: Path) -> None:
     with stall_server(60, 1) as url:
         script = _script(tmp_path, url, 20, 1)

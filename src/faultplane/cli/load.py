@@ -182,6 +182,14 @@ def _run(spec_in: dict[str, Any], as_json: bool, duration: float | None) -> None
             )
         raise typer.Exit(2) from None
 
+    if spec.engine == "k6":
+        from faultplane.engine.load_k6 import k6_problem
+
+        problem = k6_problem(spec.script)
+        if problem is not None:  # before the live table: bad input, not a failed run
+            field, message, fix = problem
+            err_console.print(f"[red]--{field}: {message}[/]; fix: {fix}")
+            raise typer.Exit(2)
     rows: list[dict[str, Any]] = []
     gen = make_load(spec, on_second=rows.append)
     progress = Progress(

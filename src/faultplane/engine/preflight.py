@@ -282,6 +282,14 @@ def preflight(p: Any) -> tuple[list[ValidationIssue], list[ValidationIssue]]:
             errors += _driver(where, prov)
         elif isinstance(prov, HttpProvider):
             warnings += _http(where, prov)
+    load = doc.get("load")
+    if isinstance(load, dict) and load.get("engine") == "k6":
+        from faultplane.engine.load_k6 import k6_problem
+
+        problem = k6_problem(load.get("script"))
+        if problem is not None:  # the run would start its fault with no load to measure it
+            field, message, fix = problem
+            errors.append(ValidationIssue(field=f"load.{field}", message=message, fix=fix))
     raw_config = p.raw.get("configuration")
     for key in getattr(p, "dynamic", []):
         from faultplane.engine.dynamic_config import dynamic_activity
