@@ -376,6 +376,30 @@ async def test_prometheus_unreachable_is_a_missing_reading(port: int) -> None:
         await SliSources().sample(gate)
 
 
+@pytest.mark.parametrize(
+    ("prometheus", "words"),
+    [
+        ({"url": "prom:9090", "query": "up"}, "must start with http://"),
+        ({"url": "http://[::1", "query": "up"}, "not a valid URL"),
+        ({"url": 9090, "query": "up"}, "not a string"),
+        ({"url": "http://127.0.0.1:9090", "query": "up", "aggregate": "median"}, "max, min, sum, avg"),
+    ],
+)
+def test_a_prometheus_source_no_sample_could_read_is_refused_by_the_gate_spec(
+    prometheus: dict[str, Any], words: str
+) -> None:
+    """Found at validate: at run time every sample would be missing, a breach, and the run aborted at once."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=words) as info:
+        GateSpec(name="g", sli="prometheus", rollback_on="x > 1 for 1s", prometheus=prometheus)
+    assert info.value.errors()[0]["loc"] == ("prometheus",)
+    ok = GateSpec(
+        name="g", sli="prometheus", rollback_on="x > 1", prometheus={"url": "${prom}", "query": "up"}
+    )
+    assert ok.prometheus == {"url": "${prom}", "query": "up"}  # a variable is checked once resolved
+
+
 # ---- monitor semantics with in-process sources (timing logic only) --------------------------------------------
 
 

@@ -110,6 +110,22 @@ class GateSpec(BaseModel):
         parse_predicate(v)
         return v
 
+    @field_validator("prometheus")
+    @classmethod
+    def _prometheus_usable(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Found here, not by the first sample: a sample with no value breaches, and the run aborts at once."""
+        from faultplane.core.urls import http_url_problem
+
+        url, how = (v or {}).get("url"), (v or {}).get("aggregate")
+        if url is not None and not isinstance(url, str):
+            raise ValueError(f"url {url!r} is not a string; e.g. http://127.0.0.1:9090")
+        problem = http_url_problem(url) if url is not None and "${" not in url else None
+        if problem:
+            raise ValueError(f"url {url!r} {problem}; e.g. http://127.0.0.1:9090")
+        if how is not None and how not in ("max", "min", "sum", "avg"):
+            raise ValueError(f"aggregate must be one of max, min, sum, avg (got {how!r})")
+        return v
+
     @model_validator(mode="after")
     def _source_present(self) -> GateSpec:
         if self.sli == "probe" and not self.probe:
