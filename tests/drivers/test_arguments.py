@@ -86,6 +86,52 @@ def test_check_arguments_accepts_valid_and_placeholder_values() -> None:
     assert check_arguments("redis", "client_pause", {"url": "${url}", "timeout_ms": "${ms}"}) == []
 
 
+# Addresses are checked at validate: a malformed one was found by the first connection, mid-run
+@pytest.mark.parametrize(
+    ("driver", "name", "args", "field", "text"),
+    [
+        ("http", "status", {"url": "orders:8080/health"}, "arguments.url", "http://"),
+        ("http", "request", {"url": "http://[::1/x"}, "arguments.url", "IPv6"),
+        ("redis", "info", {"url": "http://127.0.0.1:6379"}, "arguments.url", "not a Redis URL"),
+        ("redis", "info", {"url": "redis://:hunter2pw@h:port/0"}, "arguments.url", "not a Redis URL"),
+        (
+            "redis",
+            "sentinel_failover",
+            {"sentinel_url": "h:26379", "master_name": "m"},
+            "arguments.sentinel_url",
+            "scheme",
+        ),
+        ("postgres", "is_available", {"dsn": "host=h password=hunter2pw dbname"}, "arguments.dsn", "libpq"),
+        ("postgres", "is_available", {"dsn": "postgresql://u:hunter2pw@h:port/db"}, "arguments.dsn", "port"),
+        ("postgres", "replica_lag", {"replica_dsn": "host=h port=0"}, "arguments.replica_dsn", "port"),
+    ],
+)
+def test_a_malformed_address_is_refused_at_validation_without_its_password(  # type: ignore[no-untyped-def]
+    driver, name, args, field, text
+) -> None:
+    errors = check_arguments(driver, name, args)
+    assert [e.field for e in errors] == [field], [str(e) for e in errors]
+    assert (
+        text in str(errors[0]) and "hunter2pw" not in str(errors[0]) and "Value error" not in str(errors[0])
+    )
+
+
+def test_well_formed_addresses_pass() -> None:
+    for driver, name, args in [
+        ("http", "status", {"url": "HTTPS://[::1]:8443/health"}),
+        ("redis", "info", {"url": "unix:///run/redis.sock"}),
+        ("redis", "info", {"url": "rediss://:pw@h:6380/2"}),
+        ("postgres", "is_available", {"dsn": ""}),  # libpq's defaults and PG* variables
+        (
+            "postgres",
+            "is_available",
+            {"dsn": "host=a,b port=5432,5433 dbname=app target_session_attrs=read-write"},
+        ),
+        ("postgres", "is_available", {"dsn": "${db}"}),
+    ]:
+        assert check_arguments(driver, name, args) == [], (driver, name, args)
+
+
 def _experiment(target_pid: int, second: dict) -> dict:  # type: ignore[type-arg]
     return {
         "title": "two faults",

@@ -82,8 +82,8 @@ def _redis_variants(auth, silent_port: int) -> list[tuple[str, str, str]]:  # ty
             rf"^url: redis PING at {host}: .*credentials",
         ),
         ("missing password", f"redis://{host}/0", rf"^url: redis PING at {host}: .*credentials"),
-        ("malformed url", "redis//127.0.0.1:6379", r"^url: not a Redis URL"),
-        ("bad port", "redis://127.0.0.1:notaport/0", r"^url: not a Redis URL"),
+        ("malformed url", "redis//127.0.0.1:6379", r"arguments\.url: not a Redis URL"),
+        ("bad port", "redis://127.0.0.1:notaport/0", r"arguments\.url: not a Redis URL"),
         (
             "never answers",
             f"redis://127.0.0.1:{silent_port}/0",
@@ -171,7 +171,10 @@ async def test_failed_postgres_lock_leaves_no_lease(postgres_server, silent_port
             f"postgresql://postgres:{secret}@127.0.0.1:1/postgres",
             r"^dsn: cannot connect to PostgreSQL at 127\.0\.0\.1:1: .*refused",
         ),
-        (f"host=127.0.0.1 port=5432 password={secret} dbname", r"^dsn: not a libpq connection string"),
+        (
+            f"host=127.0.0.1 port=5432 password={secret} dbname",
+            r"arguments\.dsn: not a libpq connection string",
+        ),
         (
             f"host=127.0.0.1 port={silent_port} user=postgres password={secret} dbname=postgres",
             rf"^dsn: cannot connect to PostgreSQL at 127\.0\.0\.1:{silent_port}: .*timeout.*is it a PostgreSQL server",

@@ -382,10 +382,14 @@ def _argument_errors(
                 ArgumentError(where, f"{spec.qualified_name} requires it", f"add {'.'.join(loc)} ({what})")
             )
         else:
+            from faultplane.drivers.sealing import (
+                mask_text,  # a DSN or URL given back keeps its password hidden
+            )
+
             errors.append(
                 ArgumentError(
                     where,
-                    f"{err['msg']} (got {value!r})"[:300],
+                    f"{err['msg'].removeprefix('Value error, ')} (got {mask_text(repr(value))})"[:300],
                     f"give {'.'.join(loc) or 'it'} a valid value",
                 )
             )
@@ -396,5 +400,5 @@ def _format_param_errors(where: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-        parts.append(f"{where}: arguments.{loc}: {err['msg']}")
+        parts.append(f"{where}: arguments.{loc}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)

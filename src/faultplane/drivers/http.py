@@ -28,6 +28,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, probe
+from faultplane.drivers.endpoints import HttpUrl
 from faultplane.faultpoint import (
     FaultInjected,
     FaultPartition,
@@ -146,7 +147,7 @@ class FaultWSGIMiddleware(_PathMiddleware):
 
 class RequestParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(description="http(s) URL")
+    url: HttpUrl = Field(description="http(s) URL")
     method: str = Field(default="GET", pattern="^(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS)$")
     headers: dict[str, str] = Field(default_factory=dict)
     json_body: Any = Field(default=None, description="JSON request body")

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, RevertEntry, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
+from faultplane.drivers.endpoints import PostgresDsn
 from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import (
     apply_or_revert,
@@ -50,7 +51,9 @@ _held: dict[str, list[psycopg.Connection[Any]]] = {}
 
 class _Dsn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    dsn: str = Field(description="libpq connection string or URI, e.g. postgresql://user@127.0.0.1:5432/db")
+    dsn: PostgresDsn = Field(
+        description="libpq connection string or URI, e.g. postgresql://user@127.0.0.1:5432/db"
+    )
 
 
 def _connect(
@@ -753,7 +756,7 @@ def _recipe_resume_replay(args: dict[str, Any]) -> None:
 
 class ReplicationLagParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    replica_dsn: str = Field(description="libpq DSN of the streaming replica (a superuser)")
+    replica_dsn: PostgresDsn = Field(description="libpq DSN of the streaming replica (a superuser)")
     delay_seconds: float | None = Field(
         default=None,
         gt=0,
@@ -819,8 +822,8 @@ async def replication_lag(ctx: ActivityContext, p: ReplicationLagParams) -> dict
 
 class ReplicaLagProbeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    replica_dsn: str = Field(description="libpq DSN of the replica")
-    primary_dsn: str | None = Field(
+    replica_dsn: PostgresDsn = Field(description="libpq DSN of the replica")
+    primary_dsn: PostgresDsn | None = Field(
         default=None, description="its primary: lag is then measured against the primary's current WAL"
     )
 
@@ -917,10 +920,10 @@ def _recipe_rejoin_replica(args: dict[str, Any]) -> None:
 
 class FailoverParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    primary_dsn: str = Field(
+    primary_dsn: PostgresDsn = Field(
         description="libpq DSN of the primary (a superuser; pg_rewind uses it to revert)"
     )
-    replica_dsn: str = Field(description="libpq DSN of its streaming replica (a superuser)")
+    replica_dsn: PostgresDsn = Field(description="libpq DSN of its streaming replica (a superuser)")
     replica_data_dir: str = Field(description="the replica's data directory on this host")
     primary_data_dir: str | None = Field(
         default=None,

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultplane.drivers.base import ActivityContext, DriverError, action, probe
 from faultplane.drivers.blast import BlastRadius, select_targets
+from faultplane.drivers.endpoints import RedisUrl
 from faultplane.drivers.holder import hold_connections, kill_holder
 from faultplane.drivers.leases import (
     apply_or_revert,
@@ -41,7 +42,7 @@ _TIMEOUT_S = 5.0
 
 class _Url(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(description="redis://[user:password@]host:port/db")
+    url: RedisUrl = Field(description="redis://[user:password@]host:port/db")
 
 
 def _client(url: str, **kw: Any) -> redis.Redis:
@@ -702,7 +703,7 @@ def _recipe_sentinel_failback(args: dict[str, Any]) -> None:
 
 class SentinelFailoverParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    sentinel_url: str = Field(description="one Sentinel: redis://[:password@]host:26379")
+    sentinel_url: RedisUrl = Field(description="one Sentinel: redis://[:password@]host:26379")
     master_name: str = Field(
         min_length=1, description="the monitored master's name (sentinel monitor <name>)"
     )
