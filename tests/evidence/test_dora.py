@@ -262,3 +262,35 @@ def test_the_cli_imports_records_from_a_pipeline_and_reports(tmp_path: Path) -> 
     assert bad.returncode == 2 and "missing.csv" in bad.stderr and "Traceback" not in bad.stderr
     wrong_kind = fp("import", str(tmp_path / "d.csv"), "--kind", "outages")
     assert wrong_kind.returncode == 2 and "--kind" in wrong_kind.stderr
+
+
+def test_exports_as_spreadsheets_and_pipes_write_them(tmp_path: Path) -> None:
+    """A BOM from a spreadsheet's CSV is dropped; bytes that are not UTF-8, from a file or a pipe, a folder and a
+    missing file are one line each, exit 2, never a traceback."""
+    env = {**os.environ, "FAULTPLANE_STORE": str(tmp_path / "s.duckdb")}
+
+    def fp(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        cmd = [sys.executable, "-m", "faultplane", "dora", "import", *args]
+        return subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=60)
+
+    bom = tmp_path / "excel.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + DEPLOYS_CSV.encode())
+    plain = tmp_path / "plain.csv"
+    plain.write_text(DEPLOYS_CSV)
+    expected = fp(str(plain)).stdout.decode().split(" from")[0]
+    done = fp(str(bom))
+    assert done.returncode == 0, done.stderr
+    assert expected.startswith("imported 3") and done.stdout.decode().startswith(expected)
+    (tmp_path / "latin1.csv").write_bytes(
+        "id,service,deployed_at\nd1,caf\xe9,2026-11-01T10:00:00Z\n".encode("latin-1")
+    )
+    (tmp_path / "folder.csv").mkdir()
+    for args, stdin, words in [
+        ([str(tmp_path / "latin1.csv")], None, "not UTF-8"),
+        (["-"], b"\xff\xfeid,service\n", "not UTF-8"),
+        ([str(tmp_path / "folder.csv")], None, "not a regular file"),
+        ([str(tmp_path / "missing.csv")], None, "missing.csv"),
+    ]:
+        out = fp(*args, stdin=stdin)
+        err = out.stderr.decode()
+        assert out.returncode == 2 and words in err and "Traceback" not in err and err.count("\n") == 1, err

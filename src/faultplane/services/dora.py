@@ -17,7 +17,6 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -463,11 +462,28 @@ def four_keys(store: Any, service: str | None = None) -> list[FourKeys]:
 
 def read_input(path: str) -> str:
     """A file's text, or standard input for `-` (a webhook body piped into a pipeline step)."""
-    if path == "-":
-        import sys
+    from faultplane.core.hostile import HostileInput, read_text_limited
 
-        return sys.stdin.read()
     try:
-        return Path(path).read_text(encoding="utf-8")
+        if path == "-":
+            import sys
+
+            from faultplane.core.hostile import MAX_BYTES
+
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+            if len(data) > MAX_BYTES:
+                raise HostileInput(f"standard input is more than the {MAX_BYTES:,} bytes allowed")
+            text = data.decode("utf-8")  # strictly: the terminal's error handler would let bytes through
+        else:
+            text = read_text_limited(path, "export")
+    except HostileInput as exc:  # over the size limit, not UTF-8, not a regular file: it says the fix
+        raise DoraError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise DoraError(
+            f"standard input is not UTF-8 text (byte {exc.start}); fix: pipe UTF-8 text"
+        ) from None
     except OSError as exc:
         raise DoraError(f"{path}: {exc.strerror or exc}; fix: the path of a CSV or JSON export") from None
+    return text.removeprefix(
+        "\ufeff"
+    )  # spreadsheets save CSV with a byte-order mark; it would join the first column
