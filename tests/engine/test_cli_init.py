@@ -89,6 +89,15 @@ def test_init_refuses_a_malformed_agent_settings_file_and_leaves_it_alone(
     assert "Traceback" not in out.stderr and settings.read_bytes() == before
 
 
+@pytest.mark.parametrize("name", ["AGENTS.md", "CLAUDE.md"])
+def test_init_leaves_an_agents_file_that_is_not_utf8_alone_and_says_so(tmp_path: Path, name: str) -> None:
+    rules = tmp_path / name
+    rules.write_bytes("# R\u00e8gles\n".encode("latin-1"))
+    out = fp("init", str(tmp_path))
+    assert out.returncode == 2 and name in out.stderr and "not UTF-8" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and rules.read_bytes() == "# R\u00e8gles\n".encode("latin-1")
+
+
 def test_init_into_a_file_is_an_error(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("x")

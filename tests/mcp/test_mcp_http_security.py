@@ -142,6 +142,9 @@ def test_http_config_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert load_token(None) == "from-env-from-env-123"
     with pytest.raises(HttpConfigError, match="cannot read"):
         load_token(tmp_path / "missing")
+    (tmp_path / "utf16").write_bytes(TOKEN.encode("utf-16"))  # an editor's "Unicode" encoding
+    with pytest.raises(HttpConfigError, match="not UTF-8"):
+        load_token(tmp_path / "utf16")
 
 
 def test_client_config_snippets() -> None:

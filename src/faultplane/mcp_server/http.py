@@ -96,6 +96,10 @@ def load_token(token_file: Path | None) -> str | None:
             text = token_file.read_text(encoding="utf-8")
         except OSError as exc:
             raise HttpConfigError(f"--token-file {token_file}: cannot read it ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise HttpConfigError(
+                f"--token-file {token_file}: not UTF-8 text; fix: write the token in it as plain text"
+            ) from None
         token = text.strip().splitlines()[0].strip() if text.strip() else ""
         if not token:
             raise HttpConfigError(f"--token-file {token_file}: the file is empty; fix: write the token in it")

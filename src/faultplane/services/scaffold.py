@@ -131,7 +131,14 @@ def _mcp_config(root: Path) -> Written:
 
 
 def _rules(path: Path) -> Written:
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (
+        UnicodeDecodeError
+    ) as exc:  # the user's own file: left as it is, never rewritten in another encoding
+        raise ExperimentError(
+            _issue(str(path), f"not UTF-8 text (byte {exc.start})", "save it as UTF-8, then run init again")
+        ) from None
     if RULES_HEADING in text:
         return Written(path, "kept", "agent chaos rules (section already there)")
     joined = (text.rstrip("\n") + "\n\n" if text.strip() else "") + _RULES
