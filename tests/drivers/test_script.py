@@ -117,12 +117,21 @@ def test_bad_manifests_are_reported_not_fatal(tmp_path: Path) -> None:
     make_plugin(root, "process")
     (root / "broken").mkdir()
     (root / "broken" / "faultplane-plugin.json").write_text("{nope")
+    # a YAML syntax error stopped every command that loads the drivers (yaml.YAMLError is no ValueError)
+    (root / "yaml-broken").mkdir()
+    (root / "yaml-broken" / "faultplane-plugin.yaml").write_text("name: [unclosed\n")
+    (root / "latin1").mkdir()
+    (root / "latin1" / "faultplane-plugin.json").write_bytes('{"name": "caf\u00e9"}'.encode("latin-1"))
+    (root / "list").mkdir()
+    (root / "list" / "faultplane-plugin.yml").write_text("- 1\n")
     found = script.discover([root])
     assert list(found) == ["ok1"]
     errs = {Path(k).parent.name: v for k, v in script.PLUGIN_ERRORS.items() if str(root) in k}
     assert "is not an action of this plugin" in errs["rev"]
     assert "built-in driver" in errs["process"]
     assert "broken" in errs
+    assert "not valid YAML" in errs["yaml-broken"] and "not UTF-8" in errs["latin1"]
+    assert "must be an object" in errs["list"]
 
 
 def test_plugin_found_via_env_path_and_revert_recipe_runs_from_a_lease(tmp_path: Path) -> None:

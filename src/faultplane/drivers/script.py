@@ -66,13 +66,19 @@ def plugin_dirs() -> list[Path]:
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
+    """The manifest as a mapping; ValueError for anything else, so one broken plugin is listed among the plugin
+    errors instead of stopping every command that loads the drivers."""
+    import yaml
 
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    from faultplane.core.hostile import HostileInput, parse_guarded, read_text_limited
+
+    try:
+        parse = yaml.safe_load if path.suffix in (".yaml", ".yml") else json.loads
+        data = parse_guarded(parse, read_text_limited(path, "plugin manifest"), f"plugin manifest {path}")
+    except HostileInput as exc:
+        raise ValueError(str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ValueError("the manifest must be an object")
     return data
