@@ -190,6 +190,27 @@ def test_a_number_out_of_range_is_exit_2_naming_the_option(
     assert named in out.stderr and "Traceback" not in out.stderr and "Error:" not in out.stdout, out.stderr
 
 
+def test_an_output_path_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) -> None:
+    """-o to a folder, into a missing folder or under a file: exit 2 naming the path and the fix."""
+    store = tmp_path / "s.duckdb"
+    journal = tmp_path / "j.json"
+    journal.write_text('{"run_id": "r1", "status": "completed", "experiment": {"title": "x"}}')
+    assert _fp(tmp_path, "journal", "import", str(journal), "--store", str(store)).returncode == 0
+    (tmp_path / "a-file").write_text("x")
+    for command, target, fix in [
+        (["journal", "export", "r1"], tmp_path, "not a folder"),
+        (["journal", "export", "r1"], tmp_path / "missing" / "out", "folder must exist"),
+        (["journal", "export", "r1"], tmp_path / "a-file" / "out", "is a file"),
+        (["report", "r1"], tmp_path, "not a folder"),  # report makes missing folders itself
+        (["report", "r1"], tmp_path / "a-file" / "out.html", "is a file"),
+    ]:
+        out = _fp(tmp_path, *command, "--store", str(store), "-o", str(target))
+        err = out.stderr
+        assert out.returncode == 2, (command, target, err)
+        assert err.startswith("error: ") and err.count("\n") == 1 and fix in err, (command, err)
+        assert "Traceback" not in err and "--debug" not in err
+
+
 @pytest.mark.parametrize("kind", ["not-a-database", "a-folder", "unwritable-parent"])
 def test_a_store_that_cannot_be_used_is_one_line_and_exit_2(tmp_path: Path, kind: str) -> None:
     store = {

@@ -167,6 +167,21 @@ def main(argv: list[str] | None = None) -> None:
                 "can read and write\n"
             )
             raise SystemExit(2) from None
+        if isinstance(exc, OSError) and exc.filename is not None:
+            # a path the user gave (-o/--output, an input file) that cannot be read or written: name it
+            import errno
+
+            fix = {
+                errno.ENOENT: "its folder must exist",
+                errno.EISDIR: "give a file name, not a folder",
+                errno.ENOTDIR: "a part of the path is a file, not a folder",
+                errno.EEXIST: "a part of the path is a file, not a folder",
+                errno.EACCES: "choose a path this user may write",
+                errno.EROFS: "choose a path on a writable file system",
+                errno.ENOSPC: "free some space or choose another disk",
+            }.get(exc.errno or 0, "check the path")
+            sys.stderr.write(f"error: {exc.filename}: {exc.strerror or exc}; fix: {fix}\n")
+            raise SystemExit(2) from None
         sys.stderr.write(
             f"faultplane: {_one_line(exc)}\n  run again with --debug for the traceback; if the cause is not "
             "yours, report it with that traceback\n"
