@@ -58,12 +58,20 @@ def test_spec_validation_names_field_and_fix() -> None:
         ({"name": "x", "fault_type": "latency", "duration_seconds": -1}, "duration_seconds"),
         ({"name": "x", "fault_type": "latency", "duration_seconds": float("inf")}, "duration_seconds"),
         ({"name": "x", "fault_type": "error", "error_message": 5}, "error_message"),
+        # an agent registered a 10,000-character name, a NUL and a right-to-left override: all were kept
+        ({"name": "x" * 201, "fault_type": "error"}, "fault_name"),
+        ({"name": "db\x00query", "fault_type": "error"}, "fault_name"),
+        ({"name": "db\u202eyreuq", "fault_type": "error"}, "fault_name"),
+        ({"name": "db\nquery", "fault_type": "error"}, "fault_name"),
+        ({"name": "x", "fault_type": "error", "error_message": "e" * 4097}, "error_message"),
+        ({"name": "x", "fault_type": "error", "target": "t" * 501}, "target"),
     ]:
         with pytest.raises(FaultSpecError) as info:
             FaultSpec(**kwargs)  # type: ignore[arg-type]
         assert info.value.field == field
         assert str(info.value).startswith(field) and "fix:" in str(info.value)
     assert {FaultSpec("x", t).fault_type for t in FAULT_TYPES} == set(FAULT_TYPES)
+    assert FaultSpec("x" * 200, "error").name == "x" * 200 and FaultSpec("café.ß", "error").name == "café.ß"
     assert FaultSpec("x", "latency").effective_duration == 1.0
 
 

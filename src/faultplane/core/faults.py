@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ FAULT_TYPES = ("latency", "error", "timeout", "resource_exhaustion", "network_pa
 DEFAULT_DURATION_S = 1.0
 # A fault point that sleeps for hours is a hung test, not an experiment.
 MAX_DURATION_S = 3600.0
+MAX_NAME_CHARS = 200
 
 _FORMAT_VERSION = 1
 
@@ -83,6 +85,20 @@ class FaultSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise FaultSpecError("fault_name", "must be a non-empty string", "give the fault a name")
+        # a name is what code passes to fault_point(): one line of visible text (the registry file, status
+        # tables and audit lines show it), not a control character nor a right-to-left override
+        if len(self.name) > MAX_NAME_CHARS or any(unicodedata.category(c) in ("Cc", "Cf") for c in self.name):
+            raise FaultSpecError(
+                "fault_name",
+                f"must be at most {MAX_NAME_CHARS} visible characters, without control or format characters",
+                "name the fault as your code's fault_point() does, e.g. db.query",
+            )
+        for what, value, limit in (
+            ("target", self.target, 500),
+            ("error_message", self.error_message, 4096),
+        ):
+            if isinstance(value, str) and len(value) > limit:
+                raise FaultSpecError(what, f"is {len(value):,} characters, more than {limit:,}", "shorten it")
         if self.fault_type not in FAULT_TYPES:
             raise FaultSpecError(
                 "fault_type",

@@ -248,7 +248,13 @@ def build_server(config: ServerConfig | None = None) -> MCPServer:
     @server.tool(annotations=_WRITE)
     async def chaos_inject_fault(
         fault_name: Annotated[
-            str, param("name of the fault; fault points of this name apply it", examples=["slow-database"])
+            str,
+            param(
+                "name of the fault; fault points of this name apply it",
+                minLength=1,
+                maxLength=200,
+                examples=["slow-database"],
+            ),
         ],
         action: Annotated[
             str,
