@@ -226,8 +226,10 @@ async def test_report_and_cli_entry_points(http_upstream: Start, tmp_path: Path)
     assert data["metrics"]["faults_injected"] == sum(1 for o in got if o.startswith("rpc"))
     out = CliRunner().invoke(app, ["report", "--session", "cli-s", "--json"])
     assert json.loads(out.output)["metrics"]["tool_calls"] == 2
-    r = subprocess.run([*cli, "http", "--upstream", "ftp://x"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--upstream" in r.stderr
+    for bad in ("ftp://x", "http://[::1", "http://:8000/mcp", "http://127.0.0.1:99999/mcp"):
+        r = subprocess.run([*cli, "http", "--upstream", bad], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--upstream" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1
 
 
 @pytest.mark.skipif(

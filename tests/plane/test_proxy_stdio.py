@@ -114,6 +114,20 @@ def proxy_cmd(plan: Path | None = None, *extra: str, server: list[str] | None = 
 # --- tests --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("stdin", ["devnull", "file"])
+def test_stdin_that_is_no_pipe_is_read_and_ends_the_proxy(tmp_path: Path, stdin: str) -> None:
+    """/dev/null (a character device asyncio takes for a pipe, and epoll then refuses) and a regular file: the
+    proxy reads them, forwards the requests, and exits when they end, without a traceback."""
+    request = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    source = tmp_path / "requests.jsonl"
+    source.write_text(json.dumps(request) + "\n" if stdin == "file" else "")
+    with open("/dev/null" if stdin == "devnull" else source, "rb") as fh:
+        done = subprocess.run(proxy_cmd(None), stdin=fh, capture_output=True, env=child_env(), timeout=30)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answers == ([] if stdin == "devnull" else [{"jsonrpc": "2.0", "id": 1, "result": {}}])
+
+
 async def test_empty_plan_is_byte_identical(tmp_path: Path) -> None:
     env = child_env()
     untouched = write_plan(tmp_path, {"seed": 1, "faults": [{"type": "error_injection", "tools": ["zzz"]}]})

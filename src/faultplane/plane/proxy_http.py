@@ -514,10 +514,12 @@ def serve(
     plan = start(plan_path)
     if plan is None:
         return 2
-    parts = urlsplit(upstream)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    from faultplane.core.urls import http_url_problem
+
+    problem = http_url_problem(upstream)
+    if problem:
         print(
-            f"faultplane plane proxy http: --upstream must be an http(s) URL, got {upstream!r}",
+            f"faultplane plane proxy http: --upstream {upstream!r} {problem}; fix: e.g. http://127.0.0.1:8000/mcp",
             file=sys.stderr,
         )
         return 2

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -126,6 +127,10 @@ async def _own_stdio(
     loop = asyncio.get_running_loop()
     receive: Callable[[], Awaitable[bytes]]
     try:
+        # a pipe or socket only: asyncio also takes a character device such as /dev/null, whose registration
+        # with epoll then fails inside a callback (a logged traceback) and leaves the proxy waiting forever
+        if not stat.S_ISFIFO(mode := os.fstat(stdin_fd).st_mode) and not stat.S_ISSOCK(mode):
+            raise ValueError("not a pipe")
         reader = asyncio.StreamReader(limit=1 << 20, loop=loop)  # read() in chunks; the limit is ours
         await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
