@@ -363,9 +363,38 @@ def test_expired_and_future_approvals(approver: Approver) -> None:
     assert approvals.verify_token(short.token, ahash, trusted_keys=keys).approver == "alice"
     with pytest.raises(approvals.ApprovalError, match="expired"):
         approvals.verify_signed(ahash, short.token, keys, purpose="experiment", now=time.time() + 5)
-    for ttl in (0, -1, float("nan")):
+    for ttl in (
+        0,
+        -1,
+        float("nan"),
+        float("inf"),
+    ):  # an infinite one was signed: `"exp": Infinity`, never expiring
         with pytest.raises(approvals.ApprovalError, match="ttl"):
             approver.sign(ahash, ttl_s=ttl)
+
+
+@pytest.mark.parametrize(
+    ("asked", "policy_hours", "expected"),
+    [
+        (None, 24.0, 24 * 3600.0),  # the policy's validity by default
+        (1.5, 24.0, 1.5 * 3600.0),  # a shorter one may be asked for
+        (48.0, 24.0, "longer than the policy's approval.ttl_hours"),  # a longer one was signed as asked
+        (1e308, 24.0, "longer than"),
+        (float("inf"), 24.0, "not a positive number"),
+        (float("nan"), 24.0, "not a positive number"),
+        (0.0, 24.0, "not a positive number"),
+    ],
+)
+def test_an_approval_lasts_at_most_what_the_policy_allows(
+    asked: float | None, policy_hours: float, expected: float | str
+) -> None:
+    if asked is not None and 0 < asked < float("inf"):  # a signed policy file may stand longer, never forever
+        assert approvals.approval_ttl_s(asked, policy_hours, "policy") == asked * 3600.0
+    if isinstance(expected, float):
+        assert approvals.approval_ttl_s(asked, policy_hours) == expected
+    else:
+        with pytest.raises(approvals.ApprovalError, match=expected):
+            approvals.approval_ttl_s(asked, policy_hours)
 
 
 # ---- 7. the plan changed after its approval ------------------------------------------------------------------------

@@ -70,6 +70,7 @@ def sign(
     """Sign an approval of a hash (e.g. of a policy change that loosens the floor); prints the token."""
     from faultplane.core.approval import (
         ApprovalError,
+        approval_ttl_s,
         default_key_path,
         load_signing_key,
         read_passphrase,
@@ -82,14 +83,14 @@ def sign(
     try:
         pol = load_policy(policy)
         signer = load_signing_key(key.expanduser() if key else default_key_path(), read_passphrase())
-        ttl = ttl_hours if ttl_hours is not None else pol.approval.ttl_hours
+        ttl_s = approval_ttl_s(ttl_hours, pol.approval.ttl_hours, purpose)
         granted = sign_approval(
             hash_.strip().lower(),
             key=signer,
             trusted_keys=pol.approval.trusted_keys,
             purpose="policy" if purpose == "policy" else "experiment",
             reason=reason,
-            ttl_s=ttl * 3600.0,
+            ttl_s=ttl_s,
         )
     except (ApprovalError, PolicyError) as exc:
         _fail(f"cannot sign: {exc}")

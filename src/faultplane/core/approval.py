@@ -26,6 +26,7 @@ import contextvars
 import getpass
 import hashlib
 import json
+import math
 import os
 import secrets
 import sys
@@ -43,6 +44,7 @@ __all__ = [
     "ApprovalError",
     "ApproverKey",
     "TrustedKey",
+    "approval_ttl_s",
     "approvals_dir",
     "default_key_path",
     "find_approval",
@@ -370,6 +372,23 @@ def _check_hash(h: str, what: str = "content_hash") -> None:
         raise ApprovalError(f"{what} must be a sha256 hex digest, got {str(h)[:80]!r}")
 
 
+def approval_ttl_s(ttl_hours: float | None, policy_ttl_hours: float, purpose: str = "experiment") -> float:
+    """The validity of an approval about to be signed, in seconds: the policy's `approval.ttl_hours` unless
+    another is asked for. An experiment's approval may not stand longer than that (the policy states how long
+    one may); a signed policy file may (a lab's loosening is signed for weeks), but for a finite time."""
+    hours = policy_ttl_hours if ttl_hours is None else ttl_hours
+    if not 0 < hours < math.inf:
+        raise ApprovalError(
+            f"--ttl-hours: {hours!r} is not a positive number of hours; fix: e.g. --ttl-hours 4"
+        )
+    if purpose == "experiment" and hours > policy_ttl_hours:
+        raise ApprovalError(
+            f"--ttl-hours: {hours:g} is longer than the policy's approval.ttl_hours ({policy_ttl_hours:g}); "
+            "fix: ask for at most that, or a person raises approval.ttl_hours in the policy"
+        )
+    return hours * 3600.0
+
+
 def sign_approval(
     content_hash: str,
     *,
@@ -388,8 +407,8 @@ def sign_approval(
     aliases = [h for h in also if h != content_hash]
     for h in (content_hash, *aliases):
         _check_hash(h)
-    if not ttl_s > 0:
-        raise ApprovalError(f"ttl must be positive seconds, got {ttl_s}")
+    if not 0 < ttl_s < math.inf:  # NaN fails this too; an infinite one would never expire
+        raise ApprovalError(f"ttl must be a positive, finite number of seconds, got {ttl_s}")
     if purpose not in ("experiment", "policy"):
         raise ApprovalError(f"purpose must be experiment or policy, got {purpose!r}")
     trusted = {t.key_id: t for t in parse_trusted_keys(trusted_keys)}
@@ -510,6 +529,8 @@ def verify_token(
         issued, expires = float(body["iat"]), float(body["exp"])
     except (KeyError, TypeError, ValueError):
         raise ApprovalError("approval token has no valid issue/expiry time") from None
+    if not (math.isfinite(issued) and math.isfinite(expires)):  # `"exp": Infinity` would never expire
+        raise ApprovalError("approval token has no valid issue/expiry time")
     if t > expires:
         raise ApprovalError("approval token has expired; approve it again")
     if issued > t + CLOCK_SKEW_S:

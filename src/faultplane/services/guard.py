@@ -89,7 +89,7 @@ def approve_experiment(
                 ]
             ) from None
     pol = load_policy(policy_path)
-    ttl = ttl_hours if ttl_hours is not None else pol.approval.ttl_hours
+    ttl_s = approvals.approval_ttl_s(ttl_hours, pol.approval.ttl_hours)
     if not pol.approval.trusted_keys:
         raise approvals.ApprovalError(
             f"the policy in force ({pol.source}) trusts no approver key: a person runs `faultplane approvals "
@@ -105,7 +105,7 @@ def approve_experiment(
         trusted_keys=pol.approval.trusted_keys,
         family=prepared.family,
         reason=reason,
-        ttl_s=ttl * 3600.0,
+        ttl_s=ttl_s,
     )
     if store is not None:
         import datetime as dt
