@@ -94,13 +94,6 @@ def test_check_arguments_accepts_valid_and_placeholder_values() -> None:
         ("http", "request", {"url": "http://[::1/x"}, "arguments.url", "IPv6"),
         ("redis", "info", {"url": "http://127.0.0.1:6379"}, "arguments.url", "not a Redis URL"),
         ("redis", "info", {"url": "redis://:hunter2pw@h:port/0"}, "arguments.url", "not a Redis URL"),
-        (
-            "redis",
-            "sentinel_failover",
-            {"sentinel_url": "h:26379", "master_name": "m"},
-            "arguments.sentinel_url",
-            "scheme",
-        ),
         ("postgres", "is_available", {"dsn": "host=h password=hunter2pw dbname"}, "arguments.dsn", "libpq"),
         ("postgres", "is_available", {"dsn": "postgresql://u:hunter2pw@h:port/db"}, "arguments.dsn", "port"),
         ("postgres", "replica_lag", {"replica_dsn": "host=h port=0"}, "arguments.replica_dsn", "port"),
@@ -114,6 +107,11 @@ def test_a_malformed_address_is_refused_at_validation_without_its_password(  # t
     assert (
         text in str(errors[0]) and "hunter2pw" not in str(errors[0]) and "Value error" not in str(errors[0])
     )
+
+
+def test_a_sentinel_url_is_checked_as_a_redis_url() -> None:
+    errors = check_arguments("redis", "sentinel_failover", {"sentinel_url": "h:26379", "master_name": "m"})
+    assert [e.field for e in errors] == ["arguments.sentinel_url"] and "scheme" in str(errors[0])
 
 
 def test_well_formed_addresses_pass() -> None:
