@@ -203,10 +203,39 @@ def test_lone_surrogates_and_nul_do_not_crash(project: Path) -> None:
     assert not judge_tool_call(bash("echo \udcff > faultplane.policy.yaml", project)).allow
 
 
+def _patch_call(project: Path, tool: str, **tool_input: Any) -> dict[str, Any]:
+    return {"cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": tool_input}
+
+
+@pytest.mark.parametrize("path", PROTECTED[:9])
+def test_the_apply_patch_tool_cannot_change_guardrail_files(project: Path, path: str) -> None:
+    """The patch names its files in its text, not under a path key: every one of them was allowed."""
+    envelope = f"*** Begin Patch\n*** Update File: {path}\n@@\n-version: 1\n+version: 2\n*** End Patch\n"
+    unified = f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-version: 1\n+version: 2\n"
+    for tool, text in (
+        ("apply_patch", envelope),
+        ("mcp__codex__apply_patch", envelope),
+        ("apply_patch", unified),
+    ):
+        verdict = judge_tool_call(_patch_call(project, tool, input=text))
+        assert not verdict.allow and "only a person" in verdict.reason, (tool, path)
+    moved = "*** Begin Patch\n*** Update File: lax.yaml\n*** Move to: faultplane.policy.yaml\n*** End Patch\n"
+    assert not judge_tool_call(_patch_call(project, "apply_patch", input=moved)).allow
+
+
+def test_the_apply_patch_tool_changes_ordinary_files(project: Path) -> None:
+    text = "*** Begin Patch\n*** Add File: src/app.py\n+print('faultplane.policy.yaml is read here')\n*** End Patch\n"
+    assert judge_tool_call(_patch_call(project, "apply_patch", input=text)).allow
+
+
 def test_non_string_fields(project: Path) -> None:
     assert not judge_tool_call(
         {"cwd": str(project), "tool_name": "Bash", "tool_input": {"command": 42}}
     ).allow
+    # a path that is neither a string nor a list of them: what the tool makes of it is unknown
+    for value in ([["faultplane.policy.yaml"]], {"p": "faultplane.policy.yaml"}, 5):
+        verdict = judge_tool_call(_patch_call(project, "Write", file_path=value, content="x"))
+        assert not verdict.allow and "blocking to be safe" in verdict.reason, value
     assert not judge_tool_call({"cwd": str(project), "tool_name": "Bash", "tool_input": "rm -rf /"}).allow
     assert not judge_tool_call(["Bash"]).allow  # type: ignore[arg-type]
 

@@ -91,6 +91,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "vars-ok.yaml").write_text("api_url: http://127.0.0.1:8080\n")
     (root / "notes.txt").write_text("a\n")
     (root / "ok.sh").write_text("#!/bin/sh\necho hello\nls -la\n")
+    diff = "--- a/{0}\n+++ b/{0}\n@@ -1 +1 @@\n-version: 1\n+version: 2\n"
+    (root / "evil.patch").write_text(diff.format("faultplane.policy.yaml"))
+    (root / "ok.patch").write_text(diff.format("src/app.py"))
     (root / "evil.sh").write_text(f"#!/bin/bash\nfaultplane run {root}/prod.yaml\n")
     for script in ("ok.sh", "evil.sh"):
         (root / script).chmod(0o755)

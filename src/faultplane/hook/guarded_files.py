@@ -18,6 +18,8 @@ from faultplane.hook.parse import UNKNOWN, Command, is_known, resolve_path
 
 __all__ = ["GuardedFiles"]
 
+_MAX_PATCH_BYTES = 8 * 1024 * 1024  # read of a patch file to find the files it changes
+
 _WRITE_ALL = {
     "rm",
     "unlink",
@@ -77,6 +79,8 @@ class GuardedFiles:
             targets = positional[1:]
         elif head in ("patch", "ed", "ex", "vi", "vim", "nvim", "nano", "emacs"):
             targets = positional
+        if head in ("patch", "apply_patch") or (head == "git" and positional[:1] in (["apply"], ["am"])):
+            targets += self.patched(cmd, head, args, positional)
         for t in targets:
             path = self.check_write(
                 t, cmd.cwd, head, recursive=head in ("rm", "mv", "chmod", "chown", "rsync")
@@ -85,6 +89,34 @@ class GuardedFiles:
                 written.add(path)
         if head in ("chmod",) and any(a in ("+x", "u+x", "a+x", "755", "700") for a in args):
             pass  # marking a just-written file executable matters when it runs: caught at that point
+
+    def patched(self, cmd: Command, head: str, args: list[str], positional: list[str]) -> list[str]:
+        """The files a patch tool would change, read from the patch itself: a here-document, the text given as
+        an argument (apply_patch), or the patch file (`patch -i F`, `patch < F`, `git apply F`)."""
+        texts = [cmd.stdin] if cmd.stdin is not None else []
+        files = [t for op, t in cmd.redirects if op == "<"]
+        if head == "apply_patch":
+            texts += [a for a in args if "\n" in a]  # the patch given whole as the argument
+        elif head == "git":
+            files += positional[1:]
+        else:
+            given = _option_value(args, ("-i", "--input"))
+            files += [given] if given else []
+        for word in files:
+            path = resolve_path(word, cmd.cwd) if is_known(word) else None
+            if path is None or not path.is_file():
+                raise Refuse(
+                    f"`{head}` applies a patch that cannot be read now ({word[:80]!r}), so the files it changes "
+                    "cannot be checked. Instead: write the patch file first, then apply it in a next command."
+                )
+            with path.open("rb") as fh:
+                texts.append(fh.read(_MAX_PATCH_BYTES).decode("utf-8", "replace"))
+        if not texts and cmd.piped:
+            raise Refuse(
+                f"`{head}` reads its patch from a pipe or standard input, so the files it changes cannot be "
+                "checked. Instead: give it the patch as a file or a here-document."
+            )
+        return [target for text in texts for target in protect.patch_targets(text)]
 
     def check_write(self, word: str, cwd: Path | None, how: str, *, recursive: bool = False) -> Path | None:
         if not is_known(word):

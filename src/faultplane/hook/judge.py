@@ -105,7 +105,7 @@ def judge_tool_call(
                 raise Refuse(f"{tool}: `command` is not a string; blocking to be safe")
             judge.shell(command, cwd)
         elif short in _WRITE_TOOLS:
-            for target in _paths(tool_input):
+            for target in [*_paths(tool_input), *_patched(tool_input)]:
                 why = protect.protected(_abs(target, cwd))
                 if why:
                     raise Refuse(f"{why}. Instead: ask the person to make this change.")
@@ -134,11 +134,23 @@ def _paths(tool_input: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for key in _PATH_KEYS:
         value = tool_input.get(key)
-        if isinstance(value, str) and value:
-            out.append(value)
-        elif isinstance(value, list):
-            out += [v for v in value if isinstance(v, str) and v]
+        if isinstance(value, str):
+            out += [value] if value else []
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out += [v for v in value if v]
+        elif value is not None:  # a nested list or an object: what the tool makes of it cannot be known here
+            raise Refuse(f"`{key}` is neither a path nor a list of paths; blocking to be safe")
     return out
+
+
+def _patched(tool_input: Mapping[str, Any]) -> list[str]:
+    """The files a patch-applying tool changes (`apply_patch`'s `input`, a `patch` or `diff` argument)."""
+    return [
+        target
+        for key in ("input", "patch", "diff")
+        if isinstance(text := tool_input.get(key), str)
+        for target in protect.patch_targets(text)
+    ]
 
 
 def _abs(target: str, cwd: Path) -> Path:

@@ -386,7 +386,13 @@ class _Walker:
 
     def pieces(self, node: Any, depth: int) -> str:
         out = []
+        raw, base, end = node.text or b"", node.start_byte, None
         for child in node.children:
+            if end is not None and child.start_byte > end:
+                # what the grammar leaves between a string's pieces (a newline) is part of the string: dropped,
+                # `bash -c "echo hi<newline>faultplane run prod.yaml"` read as one command, `echo hifaultplane`
+                out.append(raw[end - base : child.start_byte - base].decode("utf-8", "replace"))
+            end = child.end_byte
             if child.type == '"':
                 continue
             if not child.is_named:

@@ -159,6 +159,31 @@ def mentions(text: str) -> str | None:
     return None
 
 
+# the files a patch changes, in the forms agents write patches: the apply_patch envelope (`*** Update File: x`)
+# and unified diffs (`--- a/x`, `+++ b/x`, `diff --git a/x b/x`, renames and copies)
+_PATCH_FILE = re.compile(
+    r"^(?:\*\*\* (?:Add|Update|Delete) File:|\*\*\* Move to:|---|\+\+\+|rename (?:from|to)|copy (?:from|to))"
+    r" +(.+?)[ \t]*$",
+    re.MULTILINE,
+)
+_GIT_DIFF = re.compile(r"^diff --git +(\S+) +(\S+)", re.MULTILINE)
+
+
+def patch_targets(text: str) -> list[str]:
+    """The paths a patch adds, changes, deletes or moves. A path is given with and without its first folder,
+    since how many to strip (`patch -p1`) is the patch tool's choice, not the text's."""
+    found = [m.group(1).split("\t")[0].strip().strip('"') for m in _PATCH_FILE.finditer(text)]
+    found += [p for m in _GIT_DIFF.finditer(text) for p in m.groups()]
+    out: list[str] = []
+    for path in found:
+        if path == "/dev/null":  # the side of a file that is created or deleted
+            continue
+        for candidate in (path, path.split("/", 1)[1] if "/" in path.strip("/") else ""):
+            if candidate and candidate not in out:
+                out.append(candidate)
+    return out
+
+
 def names_key(text: str) -> bool:
     """Does a word name the approval key (inside an option, a URL, code) even when it is not a path?"""
     key = _key_file()
