@@ -382,9 +382,8 @@ def _argument_errors(
                 ArgumentError(where, f"{spec.qualified_name} requires it", f"add {'.'.join(loc)} ({what})")
             )
         else:
-            from faultplane.drivers.sealing import (
-                mask_text,  # a DSN or URL given back keeps its password hidden
-            )
+            # a DSN or URL given back keeps its password hidden
+            from faultplane.drivers.sealing import mask_text
 
             errors.append(
                 ArgumentError(

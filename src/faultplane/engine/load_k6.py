@@ -84,14 +84,15 @@ class K6Load(LoadGenerator):
             raise RuntimeError("a load runs once; create a new one for another run")
         self._t0 = float("inf")
         problem = k6_problem(self.spec.script)
-        binary = k6_binary()
-        if problem is not None or binary is None:
-            field, message, fix = problem or ("engine", "k6 is not installed", "")
+        if problem is not None:
+            field, message, fix = problem
             self._worker_errors.append(f"load.{field}: {message}; {fix}")
             self._t0 = time.monotonic()
             self._t_end = self._t0
             return
-        script = Path(self.spec.script or "").expanduser()
+        binary = k6_binary()
+        assert binary is not None and self.spec.script is not None  # k6_problem found both
+        script = Path(self.spec.script).expanduser()
         with tempfile.TemporaryDirectory(prefix="faultplane-k6-") as tmp:
             points = Path(tmp) / "points.json"
             summary = Path(tmp) / "summary.json"

@@ -81,10 +81,9 @@ class LoadSpec(BaseModel):
     def _http_url(cls, v: str | None) -> str | None:
         from faultplane.core.urls import http_url_problem
 
+        # here, not where the workers start: a URL they cannot split failed the run after it began
         problem = None if v is None else http_url_problem(v)
-        if (
-            problem
-        ):  # here, not where the workers start: a URL they cannot split failed the run after it began
+        if problem:
             raise ValueError(f"url {v!r} {problem}; e.g. http://127.0.0.1:8080/")
         return v
 

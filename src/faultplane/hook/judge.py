@@ -135,7 +135,8 @@ def _paths(tool_input: Mapping[str, Any]) -> list[str]:
     for key in _PATH_KEYS:
         value = tool_input.get(key)
         if isinstance(value, str):
-            out += [value] if value else []
+            if value:
+                out.append(value)
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
             out += [v for v in value if v]
         elif value is not None:  # a nested list or an object: what the tool makes of it cannot be known here

@@ -462,17 +462,14 @@ def four_keys(store: Any, service: str | None = None) -> list[FourKeys]:
 
 def read_input(path: str) -> str:
     """A file's text, or standard input for `-` (a webhook body piped into a pipeline step)."""
-    from faultplane.core.hostile import HostileInput, read_text_limited
+    from faultplane.core.hostile import MAX_BYTES, HostileInput, check_text, read_text_limited
 
     try:
         if path == "-":
             import sys
 
-            from faultplane.core.hostile import MAX_BYTES
-
             data = sys.stdin.buffer.read(MAX_BYTES + 1)
-            if len(data) > MAX_BYTES:
-                raise HostileInput(f"standard input is more than the {MAX_BYTES:,} bytes allowed")
+            check_text(data, "standard input")
             text = data.decode("utf-8")  # strictly: the terminal's error handler would let bytes through
         else:
             text = read_text_limited(path, "export")
@@ -484,6 +481,5 @@ def read_input(path: str) -> str:
         ) from None
     except OSError as exc:
         raise DoraError(f"{path}: {exc.strerror or exc}; fix: the path of a CSV or JSON export") from None
-    return text.removeprefix(
-        "\ufeff"
-    )  # spreadsheets save CSV with a byte-order mark; it would join the first column
+    # spreadsheets save CSV with a byte-order mark; it would join the first column's name
+    return text.removeprefix("\ufeff")

@@ -131,11 +131,10 @@ def _mcp_config(root: Path) -> Written:
 
 
 def _rules(path: Path) -> Written:
+    # the user's own file: left as it is when it is not UTF-8, never rewritten in another encoding
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
-    except (
-        UnicodeDecodeError
-    ) as exc:  # the user's own file: left as it is, never rewritten in another encoding
+    except UnicodeDecodeError as exc:
         raise ExperimentError(
             _issue(str(path), f"not UTF-8 text (byte {exc.start})", "save it as UTF-8, then run init again")
         ) from None
